@@ -1,0 +1,1 @@
+"""Command-line interface: `fuseplanner COMMAND ...`. Each command lives in its own module."""

@@ -1,0 +1,66 @@
+"""Entry point of the `fuseplanner` console script.
+
+Every command module `fuseplanner.cli.cmd_<name>` exposes ``register(subparsers)``, which adds its
+sub-parser and sets ``func`` (a callable taking the parsed namespace and returning an exit code).
+Errors that fuseplanner raises on purpose become one `error:` line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .. import __version__
+from ..errors import FusePlannerError
+
+COMMANDS = ("inspect", "gpus", "plan", "compare", "validate", "calibrate")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line `error:` messages and exit code 2 for bad options."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"error: {message} (see `{self.prog} --help`)\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="fuseplanner",
+        description="Plan fused depthwise/pointwise convolutions for a model on a GPU, predict the savings, "
+        "and check them on the hardware.",
+    )
+    parser.add_argument("--version", action="version", version=f"fuseplanner {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"fuseplanner.cli.cmd_{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"fuseplanner.cli.cmd_{name}":
+                raise
+            continue
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except FusePlannerError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("error: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

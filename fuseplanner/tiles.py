@@ -1,0 +1,185 @@
+"""The tunable parameters of each kernel kind: what a tile means, what it costs in shared memory and
+registers, which tiles are feasible, and the candidate set the planner searches.
+
+This module is the contract between the cost models and the CUDA kernels: every tile that `check`
+accepts is exactly what `fuseplanner.kernels` runs, and every tile it rejects is refused before launch
+with the same reason. All functions are pure.
+
+Kernel layouts (NCHW, one image per block in grid z; see kernels/*.cu):
+
+- ``dw``: a block computes tf channels x (th x tw) output pixels; it stages the tf input planes of its
+  halo window ((th-1)s+(k-1)d+1) x ((tw-1)s+(k-1)d+1) and the tf k x k filters. tc == tf.
+- ``pw`` / ``linear``: out[f, p] = sum_c W[f, c] x[c, p]. A block computes tf filters x (th x tw) pixels,
+  looping over input channels in chunks of tc, STAGES-deep buffered: input chunk tc x th*tw and weight
+  chunk tf x tc.
+- ``pw_dw``: a block computes tf expanded (DW) channels x (th x tw) DW outputs. For each chunk of tc
+  PW input channels it stages tc x halo window of the PW input and tf x tc PW weights, accumulating the
+  expanded halo window tf x hh x ww (fp32, the communication buffer); then the DW reads it.
+- ``dw_pw``: a block computes tf PW filters x (th x tw) pixels. For each chunk of tc DW channels it
+  stages tc x halo window of the input, runs the DW into a tc x th*tw fp32 buffer (the communication
+  buffer) and accumulates the PW with a tf x tc weight chunk. The DW is recomputed once per filter tile.
+- ``pw_pw``: a block computes tf filters of the second PW x (th x tw) pixels. It stages the whole input
+  pixel tile C1 x th*tw once; for each chunk of tc mid channels it computes the first PW into a
+  tc x th*tw fp32 buffer and accumulates the second PW with a tf x tc weight chunk.
+- ``pw_dw_pw``: a block computes tf projection filters x (th x tw) pixels. It stages the input halo
+  window C_in x hh x ww once; for each chunk of tc expanded channels it computes the expansion PW over
+  the window (tc x hh x ww fp32), the DW (tc x th*tw fp32) and accumulates the projection with a
+  tf x tc weight chunk.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from .ir import Op, Tile, dtype_bytes
+
+#: Buffering depth of streamed chunks (input/weight chunks of PW-like loops).
+STAGES = 2
+#: fp32 accumulator/communication-buffer element size in bytes.
+ACC_BYTES = 4
+#: Threads-per-block choices.
+THREADS = (64, 128, 256)
+#: Registers a thread needs beyond its accumulators (addresses, loop counters, loaded operands).
+BASE_REGS = 40
+#: Hardware ceiling on registers per thread (all CUDA GPUs since Kepler).
+MAX_REGS_PER_THREAD = 255
+
+LBL_KINDS = ("dw", "pw", "linear")
+
+
+def _last(ops: Sequence[Op]) -> Op:
+    return ops[-1]
+
+
+def _dw_of(kind: str, ops: Sequence[Op]) -> Op | None:
+    for op, k in zip(ops, kind.split("_"), strict=False):
+        if k == "dw":
+            return op
+    return None
+
+
+def halo_window(kind: str, ops: Sequence[Op], tile: Tile) -> tuple[int, int]:
+    """(rows, cols) of the input window a block reads for a th x tw output tile.
+
+    For kinds with a DW member the window is the DW's receptive field (in the DW input, i.e. in the PW
+    output for pw_dw / pw_dw_pw); for PW-only kinds it is the output tile itself (times the stride).
+    """
+    dw = _dw_of(kind, ops)
+    if dw is None:
+        sh, sw = ops[0].stride if ops[0].kind != "linear" else (1, 1)
+        return ((tile.th - 1) * sh + 1, (tile.tw - 1) * sw + 1)
+    (kh, kw), (sh, sw), (dh, dwl) = dw.kernel, dw.stride, dw.dilation
+    return ((tile.th - 1) * sh + (kh - 1) * dh + 1, (tile.tw - 1) * sw + (kw - 1) * dwl + 1)
+
+
+def smem_bytes(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> int:
+    """Shared memory one block of this kind needs for `tile` (bytes)."""
+    e = dtype_bytes(dtype)
+    th, tw, tf, tc = tile.th, tile.tw, tile.tf, tile.tc
+    p = th * tw
+    hh, ww = halo_window(kind, ops, tile)
+    if kind == "dw":
+        kh, kw = ops[0].kernel
+        return tf * hh * ww * e + tf * kh * kw * ACC_BYTES
+    if kind in ("pw", "linear"):
+        return STAGES * (tc * p + tf * tc) * e
+    if kind == "pw_dw":
+        kh, kw = ops[1].kernel
+        return STAGES * (tc * hh * ww + tf * tc) * e + tf * hh * ww * ACC_BYTES + tf * kh * kw * ACC_BYTES
+    if kind == "dw_pw":
+        kh, kw = ops[0].kernel
+        return tc * hh * ww * e + tc * kh * kw * ACC_BYTES + tc * p * ACC_BYTES + STAGES * tf * tc * e
+    if kind == "pw_pw":
+        c1 = ops[0].c_in
+        return c1 * p * e + tc * p * ACC_BYTES + STAGES * tf * tc * e
+    if kind == "pw_dw_pw":
+        c1 = ops[0].c_in
+        kh, kw = ops[1].kernel
+        return c1 * hh * ww * e + tc * hh * ww * ACC_BYTES + tc * kh * kw * ACC_BYTES + tc * p * ACC_BYTES + STAGES * tf * tc * e
+    raise ValueError(f"no tile layout for kernel kind {kind!r}")
+
+
+def outputs_per_thread(tile: Tile) -> float:
+    """Final outputs each thread accumulates in registers."""
+    return tile.tf * tile.th * tile.tw / tile.threads
+
+
+def regs_per_thread(kind: str, tile: Tile) -> int:
+    """Estimated registers per thread: fp32 accumulators for the thread's outputs plus a fixed base."""
+    return BASE_REGS + math.ceil(outputs_per_thread(tile))
+
+
+def out_channels(kind: str, ops: Sequence[Op]) -> int:
+    return _last(ops).c_out
+
+
+def check(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, gpu) -> str | None:
+    """Why `tile` cannot run for this kernel on `gpu`, or None when it can.
+
+    `gpu` is a GpuSpec (fields smem_per_block_bytes, max_threads_per_block, regs_per_sm).
+    """
+    if min(tile.th, tile.tw, tile.tf, tile.tc, tile.threads) < 1:
+        return f"tile {tile} has a non-positive size"
+    ho, wo = _last(ops).hw_out
+    if tile.th > ho or tile.tw > wo:
+        return f"spatial tile {tile.th}x{tile.tw} exceeds the output map {ho}x{wo}"
+    cout = out_channels(kind, ops)
+    if tile.tf > cout:
+        return f"filter tile {tile.tf} exceeds the {cout} output channels"
+    if kind == "dw" and tile.tc != tile.tf:
+        return f"dw tile needs tc == tf (got tc={tile.tc}, tf={tile.tf})"
+    if tile.threads > gpu.max_threads_per_block:
+        return f"{tile.threads} threads exceed the {gpu.max_threads_per_block} per block of {gpu.name}"
+    if tile.threads % 32:
+        return f"{tile.threads} threads is not a whole number of warps"
+    work = tile.tf * tile.th * tile.tw
+    if work % tile.threads:
+        return f"{work} outputs per block do not split evenly over {tile.threads} threads"
+    smem = smem_bytes(kind, ops, tile, dtype)
+    if smem > gpu.smem_per_block_bytes:
+        return f"needs {smem} B of shared memory per block, {gpu.name} allows {gpu.smem_per_block_bytes} B"
+    regs = regs_per_thread(kind, tile)
+    if regs > MAX_REGS_PER_THREAD:
+        return f"needs about {regs} registers per thread (limit {MAX_REGS_PER_THREAD})"
+    if regs * tile.threads > gpu.regs_per_sm:
+        return f"needs {regs * tile.threads} registers per block, {gpu.name} has {gpu.regs_per_sm} per SM"
+    return None
+
+
+def _sizes(extent: int, options: Sequence[int]) -> list[int]:
+    """Tile sizes for one dimension: powers of two, small divisors of the extent, and the extent."""
+    out = {o for o in options if o <= extent}
+    out.update(d for d in range(1, min(extent, 64) + 1) if extent % d == 0 and d >= 4)
+    if extent <= 64:
+        out.add(extent)
+    return sorted(out or {extent})
+
+
+def candidates(kind: str, ops: Sequence[Op], dtype: str, gpu) -> list[Tile]:
+    """The candidate tiles the planner searches for a kernel of `kind` over `ops`, feasible ones only.
+
+    Spatial sizes are powers of two plus divisors of the output map (e.g. 7, 14, 28) and the whole
+    map when small; filter tiles include all filters; channel chunks 8..64.
+    """
+    last = _last(ops)
+    ho, wo = last.hw_out
+    cout = out_channels(kind, ops)
+    if kind == "linear":
+        ths, tws = _sizes(ho, (8, 16, 32, 64, 128)), [1]
+    else:
+        ths, tws = _sizes(ho, (1, 2, 4, 8, 16, 32)), _sizes(wo, (4, 8, 16, 32))
+    tfs = sorted({f for f in (8, 16, 32, 64, 128, 256) if f <= cout} | {cout} if cout <= 512 else {8, 16, 32, 64, 128, 256})
+    tcs = [c for c in (8, 16, 32, 64)]
+    out: list[Tile] = []
+    for th in ths:
+        for tw in tws:
+            if th * tw > 1024:
+                continue
+            for tf in tfs:
+                for tc in ([tf] if kind == "dw" else tcs):
+                    for threads in THREADS:
+                        t = Tile(th, tw, tf, tc, threads)
+                        if check(kind, ops, t, dtype, gpu) is None:
+                            out.append(t)
+    return out
