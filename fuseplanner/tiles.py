@@ -44,6 +44,17 @@ THREADS = (64, 128, 256)
 BASE_REGS = 40
 #: Hardware ceiling on registers per thread (all CUDA GPUs since Kepler).
 MAX_REGS_PER_THREAD = 255
+#: Row padding of the pw/linear kernel's shared-memory chunks (kernels/pw.cu XPAD, WPAD).
+PW_XPAD = 8
+PW_KPAD_BYTES = 16
+#: Shared-memory ring depth of the pw/linear kernel (cp.async runs stages - 1 chunks ahead): as many
+#: stages as fit in PW_RING_BYTES, between PW_MIN_STAGES and PW_MAX_STAGES (deep rings hide the DRAM
+#: latency of small tiles with long reductions).
+PW_MIN_STAGES = 2
+PW_MAX_STAGES = 6
+PW_RING_BYTES = 64 * 1024
+#: Deepest pw/linear ring (the depth of a given tile is `pw_stages(kind, tile, dtype)`).
+PW_STAGES = PW_MAX_STAGES
 
 LBL_KINDS = ("dw", "pw", "linear")
 
@@ -73,31 +84,100 @@ def halo_window(kind: str, ops: Sequence[Op], tile: Tile) -> tuple[int, int]:
     return ((tile.th - 1) * sh + (kh - 1) * dh + 1, (tile.tw - 1) * sw + (kw - 1) * dwl + 1)
 
 
+def pw_stage_bytes(kind: str, tile: Tile, dtype: str) -> int:
+    """Bytes of one pw/linear ring stage: weights tf x (tc + pad) and inputs tc x (p + PW_XPAD)
+    (NCHW) or p x (tc + pad) (linear); rows padded against bank conflicts in the mma reads."""
+    e = dtype_bytes(dtype)
+    kpad = PW_KPAD_BYTES // e
+    p = tile.th * tile.tw
+    x_elems = p * (tile.tc + kpad) if kind == "linear" else tile.tc * (p + PW_XPAD)
+    return (x_elems + tile.tf * (tile.tc + kpad)) * e
+
+
+def pw_stages(kind: str, tile: Tile, dtype: str) -> int:
+    """Ring depth of the pw/linear kernel for `tile` (kernels/pw.cu STAGES)."""
+    return max(PW_MIN_STAGES, min(PW_MAX_STAGES, PW_RING_BYTES // pw_stage_bytes(kind, tile, dtype)))
+
+
 def smem_bytes(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> int:
     """Shared memory one block of this kind needs for `tile` (bytes)."""
     e = dtype_bytes(dtype)
-    th, tw, tf, tc = tile.th, tile.tw, tile.tf, tile.tc
-    p = th * tw
+    tf = tile.tf
     hh, ww = halo_window(kind, ops, tile)
     if kind == "dw":
         kh, kw = ops[0].kernel
         return tf * hh * ww * e + tf * kh * kw * ACC_BYTES
     if kind in ("pw", "linear"):
-        return STAGES * (tc * p + tf * tc) * e
-    if kind == "pw_dw":
-        kh, kw = ops[1].kernel
-        return STAGES * (tc * hh * ww + tf * tc) * e + tf * hh * ww * ACC_BYTES + tf * kh * kw * ACC_BYTES
-    if kind == "dw_pw":
-        kh, kw = ops[0].kernel
-        return tc * hh * ww * e + tc * kh * kw * ACC_BYTES + tc * p * ACC_BYTES + STAGES * tf * tc * e
-    if kind == "pw_pw":
-        c1 = ops[0].c_in
-        return c1 * p * e + tc * p * ACC_BYTES + STAGES * tf * tc * e
-    if kind == "pw_dw_pw":
-        c1 = ops[0].c_in
-        kh, kw = ops[1].kernel
-        return c1 * hh * ww * e + tc * hh * ww * ACC_BYTES + tc * kh * kw * ACC_BYTES + tc * p * ACC_BYTES + STAGES * tf * tc * e
+        # kernels/pw.cu: a pw_stages()-deep ring of pw_stage_bytes() stages
+        # weights Ws[tf][tc + PW_KPAD_BYTES/e], inputs Xs[tc][p + PW_XPAD] (NCHW) or Xs[p][tc + pad] (linear)
+        stage = pw_stage_bytes(kind, tile, dtype)
+        return pw_stages(kind, tile, dtype) * stage
+    if kind in FUSED_KINDS:
+        return fused_smem_total(fused_smem_layout(kind, ops, tile, dtype))
     raise ValueError(f"no tile layout for kernel kind {kind!r}")
+
+
+FUSED_KINDS = ("pw_dw", "dw_pw", "pw_pw", "pw_dw_pw")
+#: Shared-memory buffers of the fused kernels start on 128-byte boundaries.
+SMEM_ALIGN = 128
+
+
+def _rup(a: int, b: int) -> int:
+    return -(-a // b) * b
+
+
+def fused_smem_layout(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> dict[str, int]:
+    """Bytes of each shared-memory buffer of a fused kernel (kernels/fused_<kind>.cu), in order.
+
+    Exactly the kernels' layout: GEMM operands are At[K][M+8] (weights, transposed) and B[K][N+8]
+    (activations) with K padded to 16, M (filters) to 16 and N (pixels) to 8, buffers 128-byte
+    aligned; the fp32 communication buffers are [rows][N+8]. Single buffered (a block's loads overlap
+    other resident blocks' compute). "staging" (the fp32 final-output tile) aliases the others from
+    offset 0, so the block needs max(sum of the rest, staging).
+    """
+    e = dtype_bytes(dtype)
+    th, tw, tf, tc = tile.th, tile.tw, tile.tf, tile.tc
+    a = lambda n: _rup(n, SMEM_ALIGN)  # noqa: E731
+    kp, mp, np_ = _rup(tc, 16), _rup(tf, 16), _rup(th * tw, 8)
+    if kind == "pw_dw":
+        hh, ww = halo_window(kind, ops, tile)
+        kh, kw = ops[1].kernel
+        n1p = _rup(hh * ww, 8)
+        return {"xs": a(kp * (n1p + 8) * e), "ws": a(kp * (mp + 8) * e), "cs": a(mp * (n1p + 8) * ACC_BYTES),
+                "wd": a(tf * kh * kw * ACC_BYTES)}
+    if kind == "dw_pw":
+        hh, ww = halo_window(kind, ops, tile)
+        kh, kw = ops[0].kernel
+        return {"xw": a(tc * hh * ww * e), "wd": a(tc * kh * kw * ACC_BYTES), "ds": a(kp * (np_ + 8) * e),
+                "ws": a(kp * (mp + 8) * e), "staging": a(mp * (np_ + 8) * ACC_BYTES)}
+    c1p = _rup(ops[0].c_in, 16)
+    if kind == "pw_pw":
+        return {"xs": a(c1p * (np_ + 8) * e), "w1": a(c1p * (kp + 8) * e), "mf": a(kp * (np_ + 8) * ACC_BYTES),
+                "ms": a(kp * (np_ + 8) * e) if e == 2 else 0, "w2": a(kp * (mp + 8) * e),
+                "staging": a(mp * (np_ + 8) * ACC_BYTES)}
+    if kind == "pw_dw_pw":
+        hh, ww = halo_window(kind, ops, tile)
+        kh, kw = ops[1].kernel
+        n1p = _rup(hh * ww, 8)
+        return {"xs": a(c1p * (n1p + 8) * e), "w1": a(c1p * (kp + 8) * e), "e": a(kp * (n1p + 8) * ACC_BYTES),
+                "wd": a(tc * kh * kw * ACC_BYTES), "ds": a(kp * (np_ + 8) * e), "w2": a(kp * (mp + 8) * e),
+                "staging": a(mp * (np_ + 8) * ACC_BYTES)}
+    raise ValueError(f"{kind!r} is not a fused kernel kind: use one of {', '.join(FUSED_KINDS)}")
+
+
+def fused_smem_total(layout: dict[str, int]) -> int:
+    """Bytes a fused kernel's block needs: its buffers back to back, or the aliased staging tile."""
+    return max(sum(v for k, v in layout.items() if k != "staging"), layout.get("staging", 0))
+
+
+def fused_shape_reason(kind: str, ops: Sequence[Op]) -> str | None:
+    """Why the fused kernels cannot run this group at all (any tile), or None."""
+    for op, k in zip(ops, kind.split("_"), strict=False):
+        if k == "pw" and op.kind == "pw" and (tuple(op.stride) != (1, 1) or any(op.pads)):
+            return f"fused kernels need stride-1 unpadded pointwise members ({op.name} has stride {op.stride}); run it unfused"
+        if k == "dw" and op.multiplier != 1:
+            return f"fused kernels need a depthwise channel multiplier of 1 ({op.name} has {op.multiplier}); run it unfused"
+    return None
 
 
 def outputs_per_thread(tile: Tile) -> float:
@@ -136,6 +216,8 @@ def check(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, gpu) -> str | No
     work = tile.tf * tile.th * tile.tw
     if work % tile.threads:
         return f"{work} outputs per block do not split evenly over {tile.threads} threads"
+    if kind in FUSED_KINDS and (why := fused_shape_reason(kind, ops)):
+        return why
     smem = smem_bytes(kind, ops, tile, dtype)
     if smem > gpu.smem_per_block_bytes:
         return f"needs {smem} B of shared memory per block, {gpu.name} allows {gpu.smem_per_block_bytes} B"

@@ -1,0 +1,65 @@
+"""`fuseplanner calibrate`: measure this GPU and write a GPU spec TOML with a [measured] table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "calibrate",
+        help="measure DRAM/L2 bandwidth, launch overhead and FP32/FP16 throughput of this GPU",
+        description="Measure this GPU (device-to-device copy, L2-resident reads, empty-kernel launches, FMA loops; "
+        "CUDA-event medians) and write a GPU spec TOML whose [measured] table the cost model prefers over "
+        "datasheet values. Use it with `--gpu PATH` in plan/validate; `fuseplanner validate --calibrate` "
+        "reports accuracy before and after. Needs a CUDA GPU and CuPy.",
+    )
+    p.add_argument("--gpu", default="auto", help="spec to start from: 'auto' detects this GPU (default), or a name/path")
+    p.add_argument("--out", default=None, help="TOML to write (default: SPEC_calibrated.toml)")
+    p.add_argument("--device", type=int, default=0, help="CUDA device index (default 0)")
+    p.add_argument("--json", action="store_true", help="print the measurements as JSON on stdout")
+    p.set_defaults(func=run)
+
+
+def _table(cal, base) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..calibrate import datasheet_values
+
+    sheet = datasheet_values(base)
+    t = Table(title=f"Calibration of {cal.device_name}")
+    for col in ("quantity", "measured", "datasheet spec", "measured / spec"):
+        t.add_column(col)
+    rows = (("DRAM bandwidth", "dram_bw_bytes_per_s", 1e-12, "TB/s"), ("L2 bandwidth", "l2_bw_bytes_per_s", 1e-12, "TB/s"),
+            ("launch overhead", "launch_overhead_s", 1e6, "us"), ("FP32 FMA", "fp32_flops", 1e-12, "TFLOP/s"),
+            ("FP16 FMA (no TC)", "fp16_flops", 1e-12, "TFLOP/s"))
+    m = cal.measured()
+    for label, key, scale, unit in rows:
+        s = sheet.get(key)
+        ratio = f"{m[key] / s:.2f}" if s else "-"
+        t.add_row(label, f"{m[key] * scale:.3g} {unit}", "-" if s is None else f"{s * scale:.3g} {unit}", ratio)
+    t.add_row("back-to-back launch interval", f"{cal.launch_interval_s * 1e6:.3g} us", "-", "-")
+    Console().print(t)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..calibrate import calibrate, write_spec
+    from ..kernels import require_device
+
+    require_device()
+    from .cmd_validate import resolve_gpu
+
+    base = resolve_gpu(args.gpu)
+    cal = calibrate(args.device)
+    out = Path(args.out or f"{getattr(base, 'name', 'gpu')}_calibrated.toml")
+    write_spec(out, base, cal)
+    if args.json:
+        sys.stdout.write(json.dumps({**cal.as_dict(), "spec": str(out)}, indent=1) + "\n")
+    else:
+        _table(cal, base)
+        sys.stdout.write(f"wrote {out}\n")
+    return 0

@@ -1,0 +1,76 @@
+"""`fuseplanner compare MODEL --gpus a,b,c`: the same model planned on several GPUs, savings side by side."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..errors import PlanError
+from .cmd_plan import add_plan_options, check_output_path, plan_kwargs
+from .common import add_model_arguments, load_from_args
+
+DEFAULT_GPUS = "h100,a100_80gb,gtx1660,orin"
+
+
+def gpu_list(text: str) -> list[str]:
+    """argparse type: comma-separated GPU names or TOML paths."""
+    items = list(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
+    if not items:
+        raise argparse.ArgumentTypeError("give at least one GPU, e.g. h100,a100_80gb")
+    return items
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "compare",
+        help="plan one model on several GPUs and show the savings side by side",
+        description="Plan the same model for each GPU and compare the predicted savings (time, GMA, DRAM, "
+        "launches) and which fusion kinds each plan uses.",
+    )
+    add_model_arguments(p)
+    p.add_argument("--gpus", type=gpu_list, default=gpu_list(DEFAULT_GPUS), metavar="A,B,...",
+                   help=f"GPU names or TOML paths (default {DEFAULT_GPUS}; see `fuseplanner gpus`)")
+    add_plan_options(p)
+    p.add_argument("--json", default=None, metavar="PATH|-", help="write all plans as one JSON object ('-': stdout)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..planner import plan
+    from ..specs import gpu
+
+    check_output_path(args.json, "--json", allow_stdout=True)
+    specs = [gpu(name) for name in args.gpus]
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise PlanError(f"--gpus names the same GPU twice ({', '.join(names)}): give each once")
+    graph = load_from_args(args)
+    kwargs = plan_kwargs(args)
+    plans = [plan(graph, s, **kwargs) for s in specs]
+    if args.json:
+        doc = {
+            "model": graph.name,
+            "gpus": names,
+            "savings": {
+                p.gpu: {m: p.totals.saving(m) for m in ("time", "gma", "dram")} for p in plans
+            },
+            "plans": [json.loads(p.to_json(indent=None)) for p in plans],
+        }
+        text = json.dumps(doc, indent=2)
+        if args.json == "-":
+            sys.stdout.write(text + "\n")
+            return 0
+        from ..export import write_text
+
+        write_text(text, args.json)
+    from rich.console import Console
+
+    from .plan_table import compare_table, kinds_table
+
+    con = Console(highlight=False)
+    con.print(compare_table(plans))
+    con.print(kinds_table(plans))
+    if args.json:
+        con.print(f"wrote comparison JSON to {args.json}")
+    return 0

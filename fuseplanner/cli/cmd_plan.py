@@ -1,0 +1,155 @@
+"""`fuseplanner plan MODEL`: which DW/PW layers to fuse on a GPU, with which tiles, and what it saves."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..errors import PlanError
+from ..ir import GROUP_KINDS
+from .common import add_model_arguments, load_from_args, parse_input_shapes
+
+DEFAULT_GPU = "h100"
+
+
+# ---- options shared with `compare` ----------------------------------------------------------------
+
+
+def kinds_list(text: str) -> list[str]:
+    """argparse type: comma-separated fused kinds (``none`` or empty for no fusion)."""
+    items = [k.strip() for k in text.split(",") if k.strip()]
+    if items == ["none"]:
+        return []
+    bad = [k for k in items if k not in GROUP_KINDS]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown fusion kind {bad[0]!r}: use any of {','.join(GROUP_KINDS)} or none")
+    return list(dict.fromkeys(items))
+
+
+def add_plan_options(p: argparse.ArgumentParser) -> None:
+    """--dtype, --objective, --kinds, --model, --precision (MODEL, --input-shape, --batch come from common)."""
+    p.add_argument("--dtype", choices=("fp32", "fp16"), default="fp32", help="storage dtype (default fp32)")
+    p.add_argument(
+        "--objective", choices=("time", "gma", "dram"), default="time",
+        help="what the plan minimises over the whole model: predicted time (default), GMA bytes (L2 level) or DRAM bytes",
+    )
+    p.add_argument(
+        "--kinds", type=kinds_list, default=None, metavar="K,K",
+        help=f"fused kinds allowed (default all: {','.join(GROUP_KINDS)}; e.g. pw_dw,dw_pw,pw_pw for the paper's pairs)",
+    )
+    p.add_argument("--model", dest="cost_model", choices=("ours", "paper"), default="ours",
+                   help="cost model: ours (sectors, L2/DRAM, time) or paper (the published GMA formulas)")
+    p.add_argument("--precision", choices=("fp32", "tf32"), default="fp32",
+                   help="fp32 pointwise math, or TF32 tensor cores for fp32 storage")
+
+
+def plan_kwargs(args: argparse.Namespace) -> dict:
+    """Keyword arguments of `planner.plan` from parsed options."""
+    return {
+        "dtype": args.dtype,
+        "batch": args.batch,
+        "objective": args.objective,
+        "kinds": args.kinds,
+        "model": args.cost_model,
+        "precision": args.precision,
+    }
+
+
+def resolve_gpu(name: str | None):
+    """(GpuSpec, note) for --gpu; without it the local GPU, else h100 with a note saying so."""
+    from .. import specs
+
+    if name:
+        return specs.gpu(name), ""
+    found = specs.detect()
+    if found is not None:
+        return found, ""
+    return specs.gpu(DEFAULT_GPU), f"note: no CUDA GPU detected here; planned for {DEFAULT_GPU} (choose one with --gpu NAME|PATH)"
+
+
+def check_output_path(text: str | None, option: str, allow_stdout: bool = False) -> None:
+    """Refuse an output path whose folder does not exist (before any work is done)."""
+    if text is None or (allow_stdout and text == "-"):
+        return
+    p = Path(text)
+    if p.is_dir():
+        raise PlanError(f"{option} {text!r} is a directory: give a file path")
+    if not p.parent.is_dir():
+        raise PlanError(f"{option} {text!r}: folder {str(p.parent)!r} does not exist")
+
+
+# ---- the command --------------------------------------------------------------------------------
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "plan",
+        help="choose the fusion groups and tiles for a model on a GPU",
+        description="Find the legal DW/PW fusion groups of an ONNX model, search every feasible tile of "
+        "each group and layer, and choose the set of groups that minimises the whole model's predicted "
+        "time (or traffic) exactly. Prints a table and a summary line.",
+    )
+    add_model_arguments(p)
+    p.add_argument("--gpu", default=None, metavar="NAME|PATH",
+                   help="GPU spec name (see `fuseplanner gpus`) or TOML file; default: the local GPU, else h100")
+    add_plan_options(p)
+    p.add_argument("--json", default=None, metavar="PATH|-", help="write the plan as JSON ('-': stdout, nothing else)")
+    p.add_argument("--onnx", default=None, metavar="PATH",
+                   help="write the model with each fused group replaced by one ai.fuseplanner FusedConv node")
+    p.add_argument("--markdown", default=None, metavar="PATH", help="write the report as markdown")
+    p.add_argument("--schema", action="store_true", help="print the JSON schema of a plan and exit (MODEL is ignored)")
+    p.set_defaults(func=run)
+    # MODEL is optional only with --schema: make it optional and check in run()
+    for action in p._actions:
+        if action.dest == "model" and not action.option_strings:
+            action.nargs = "?"
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..plans import Plan
+
+    if args.schema:
+        sys.stdout.write(json.dumps(Plan.model_json_schema(), indent=2) + "\n")
+        return 0
+    if not args.model:
+        raise PlanError("give a MODEL (an ONNX file or a bundled name such as mobilenet_v2)")
+    for text, opt in ((args.json, "--json"), (args.onnx, "--onnx"), (args.markdown, "--markdown")):
+        check_output_path(text, opt, allow_stdout=opt == "--json")
+    from .. import export
+    from ..planner import plan
+
+    shapes = parse_input_shapes(args.input_shape)
+    spec, note = resolve_gpu(args.gpu)
+    graph = load_from_args(args)
+    result = plan(graph, spec, **plan_kwargs(args))
+    # build every output in memory first: nothing is written unless all of them succeed
+    outputs: list[tuple[str, str]] = []
+    json_text = result.to_json()
+    if args.json and args.json != "-":
+        outputs.append((args.json, json_text))
+    if args.markdown:
+        outputs.append((args.markdown, export.to_markdown(result)))
+    onnx_model = None
+    if args.onnx:
+        onnx_model = export.rewrite_onnx(result, args.model, shapes, args.batch)
+        export.check_onnx(onnx_model, Path(args.onnx).parent)
+    for path, text in outputs:
+        export.write_text(text, path)
+    if onnx_model is not None:
+        import onnx
+
+        onnx.save_model(onnx_model, args.onnx)
+    if note:
+        sys.stderr.write(note + "\n")
+    if args.json == "-":
+        sys.stdout.write(json_text + "\n")
+        return 0
+    from .plan_table import print_plan
+
+    print_plan(result)
+    for path, what in ((args.json, "plan JSON"), (args.markdown, "markdown report"), (args.onnx, "rewritten ONNX")):
+        if path:
+            sys.stdout.write(f"wrote {what} to {path}\n")
+    return 0

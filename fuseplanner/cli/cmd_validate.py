@@ -1,0 +1,160 @@
+"""`fuseplanner validate MODEL`: run the plan's kernels on this GPU and report predicted vs measured."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from ..errors import FusePlannerError
+from .common import parse_input_shapes, positive_int
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "validate",
+        help="measure every planned layer and fused group on this GPU against the cost models",
+        description="Plan MODEL for this GPU, run every unfused layer and fused group (and, with --tiles sweep, "
+        "alternative tiles and the unfused alternatives) on random data, check each result against a float64 "
+        "reference, time it with CUDA events (cold and warm L2), read traffic counters with Nsight Compute when "
+        "allowed, and write results.json, report.md and plots to --out. Needs a CUDA GPU and CuPy.",
+    )
+    p.add_argument("model", nargs="?", help="ONNX file or bundled model name (omit with --from-results)")
+    p.add_argument("--gpu", default="auto", help="GPU spec name or TOML path; 'auto' detects this GPU (default)")
+    p.add_argument("--dtype", choices=("fp32", "fp16"), default="fp32", help="storage dtype (default fp32)")
+    p.add_argument("--precision", choices=("fp32", "tf32"), default="fp32",
+                   help="fp32 pointwise arithmetic: exact fp32 or TF32 tensor cores (default fp32)")
+    p.add_argument("--batch", type=positive_int, default=None, help="batch size (default: the model's)")
+    p.add_argument("--objective", choices=("time", "gma", "dram"), default="time", help="planner objective")
+    p.add_argument("--tiles", choices=("planned", "sweep"), default="planned",
+                   help="planned: the plan's tiles; sweep: also alternative tiles and rejected candidates")
+    p.add_argument("--out", default=None, help="output folder (default validation/MODEL-GPU-DTYPE-bBATCH)")
+    p.add_argument("--no-ncu", action="store_true", help="do not read traffic counters (counter-free run)")
+    p.add_argument("--require-ncu", action="store_true", help="fail when Nsight Compute counters cannot be read")
+    p.add_argument("--ncu-timeout", type=positive_int, default=600, metavar="S",
+                   help="seconds allowed for each Nsight Compute pass before falling back to counter-free")
+    p.add_argument("--calibrate", nargs="?", const="now", default=None, metavar="TOML",
+                   help="predict with measured GPU values: measured now (no value) or the [measured] table of a "
+                   "TOML from `fuseplanner calibrate`; the report shows accuracy before and after")
+    p.add_argument("--repeat", type=positive_int, default=100, help="timed runs per measurement (median; default 100)")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
+                   help="pin a graph input shape, e.g. input=1x3x224x224 (repeatable)")
+    p.add_argument("--from-results", metavar="RESULTS_JSON",
+                   help="regenerate report.md and plots from a saved results.json (no GPU needed)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    p.set_defaults(func=run)
+
+
+def resolve_gpu(name: str):
+    """The GpuSpec for --gpu: detected for 'auto', else by name or TOML path."""
+    from .. import specs
+    from ..errors import SpecError
+
+    if name != "auto":
+        return specs.gpu(name)
+    found = specs.detect()
+    if found is None:
+        raise SpecError("no bundled spec matches this GPU: pass --gpu NAME or a TOML path (see `fuseplanner gpus`)")
+    return found
+
+
+def _default_out(model: str, gpu: str, dtype: str, batch: int) -> Path:
+    stem = Path(model).stem if model.endswith(".onnx") else model
+    return Path("validation") / f"{stem}-{gpu}-{dtype}-b{batch}"
+
+
+def _print_summary(summary: dict, out: Path | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    t = Table(title="Prediction error (absolute %, median / p90)")
+    t.add_column("metric")
+    for m in summary["models"]:
+        t.add_column(m)
+    for metric in ("gma", "dram", "time"):
+        cells = []
+        for m in summary["models"]:
+            e = summary["errors"][m][metric]
+            cells.append("n/a" if not e["n"] else f"{e['median']:.1f} / {e['p90']:.1f} (n={e['n']})")
+        t.add_row(metric.upper(), *cells)
+    console.print(t)
+    tt = Table(title="Targets (our model)")
+    for col in ("target", "limit", "achieved", "met"):
+        tt.add_column(col)
+    for x in summary["targets"]:
+        v = "n/a" if x["value"] is None else f"{x['value']:.1f}%"
+        met = "n/a" if x["met"] is None else ("yes" if x["met"] else f"no, by {x['miss_by']:.1f}")
+        tt.add_row(x["what"], f"{x['limit']:.0f}%", v, met)
+    console.print(tt)
+    console.print(f"{summary['correct']}/{summary['checked']} results correct, {summary['failed']} failed to run")
+    if out is not None:
+        console.print(f"report: {out / 'report.md'}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..report import report_from_results
+
+    if args.from_results:
+        out = Path(args.out or Path(args.from_results).parent)
+        summary = report_from_results(args.from_results, out)
+        _emit(args, summary, out)
+        return 0
+    if not args.model:
+        raise FusePlannerError("validate needs MODEL (an ONNX file or bundled model name) or --from-results")
+    from ..kernels import require_device
+
+    require_device()  # fail fast, before loading or planning, when there is no GPU
+    return _validate(args)
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from ..onnx_import import load_model
+    from ..planner import plan as make_plan
+    from ..validate import validate
+
+    gpu = resolve_gpu(args.gpu)
+    datasheet = None
+    if args.calibrate:
+        from ..calibrate import apply_measured, calibrate
+
+        measured = calibrate().measured() if args.calibrate == "now" else resolve_gpu(args.calibrate).measured
+        datasheet, gpu = gpu, apply_measured(gpu, measured)
+    graph = load_model(args.model, parse_input_shapes(args.input_shape) or None, args.batch)
+    plan = make_plan(graph, gpu, dtype=args.dtype, batch=args.batch, objective=args.objective,
+                     precision=args.precision)
+    out = Path(args.out) if args.out else _default_out(args.model, gpu.name, args.dtype, plan.batch)
+    ncu = False if args.no_ncu else (True if args.require_ncu else "auto")
+    results = validate(graph, gpu, plan, tiles=args.tiles, dtype=args.dtype, batch=plan.batch, out_dir=out,
+                       ncu=ncu, progress=not args.json, repeat=args.repeat, datasheet_gpu=datasheet,
+                       command=_command(args), ncu_timeout_s=args.ncu_timeout)
+    _emit(args, results["summary"], out)
+    return 0
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The command line that reproduces this run (recorded in the results)."""
+    parts = ["fuseplanner", "validate", args.model, "--gpu", args.gpu, "--dtype", args.dtype, "--tiles", args.tiles]
+    if args.precision != "fp32":
+        parts += ["--precision", args.precision]
+    if args.batch:
+        parts += ["--batch", str(args.batch)]
+    if args.objective != "time":
+        parts += ["--objective", args.objective]
+    for s in args.input_shape:
+        parts += ["--input-shape", s]
+    parts += [f for f, on in (("--no-ncu", args.no_ncu), ("--require-ncu", args.require_ncu)) if on]
+    if args.calibrate:
+        parts += ["--calibrate"] + ([] if args.calibrate == "now" else [args.calibrate])
+    if args.repeat != 100:
+        parts += ["--repeat", str(args.repeat)]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def _emit(args: argparse.Namespace, summary: dict, out: Path | None) -> None:
+    if args.json:
+        sys.stdout.write(json.dumps(summary, indent=1, default=float) + "\n")
+    else:
+        _print_summary(summary, out)

@@ -1,0 +1,131 @@
+"""Cost models: predicted L2-level and DRAM traffic, FLOPs, resources and time of DW, PW, linear and
+fused (FCM) kernels for a tile, dtype, batch and GPU. Pure functions; see docs/cost_model.md.
+
+    estimate(kind, ops, tile, dtype, batch, gpu, *, model="ours", residual=False, precision="fp32")
+    estimate_op(op, dtype, batch, gpu)           # ops without a planned tile
+    compulsory(kind, ops, dtype, batch)          # the bytes no kernel can avoid
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .. import tiles
+from ..errors import PlanError
+from ..ir import Cost, KernelResources, Op, Tile
+from ..specs import GpuSpec
+from ..specs import gpu as _gpu
+from . import paper
+from .layers import VIEW_OPS, stream_cost
+from .model import MEMBERS, context, estimate_ours
+from .time import blocks_per_sm
+from .traffic import span_union
+
+KINDS = tuple(MEMBERS)
+MODELS = ("ours", "paper")
+
+__all__ = ["KINDS", "MODELS", "compulsory", "estimate", "estimate_op"]
+
+
+def estimate(
+    kind: str,
+    ops: Sequence[Op],
+    tile: Tile,
+    dtype: str,
+    batch: int,
+    gpu: GpuSpec | str,
+    *,
+    model: str = "ours",
+    residual: bool = False,
+    precision: str = "fp32",
+) -> Cost:
+    """Predicted cost of one launch of kernel `kind` over `ops` (member ops in execution order).
+
+    `batch` images (sequences for linear) per launch; `dtype` "fp32"/"fp16" is the storage type;
+    `precision` "tf32" runs fp32 PW/linear products on TF32 tensor cores (time only); `residual` adds
+    a residual add of a tensor shaped like the output to the epilogue. An infeasible tile gives
+    ``Cost(feasible=False, reason=...)`` with the `tiles.check` reason.
+    """
+    spec = gpu if isinstance(gpu, GpuSpec) else _gpu(gpu)
+    if batch < 1:
+        raise PlanError(f"batch must be at least 1, got {batch}")
+    if model == "ours":
+        return estimate_ours(kind, ops, tile, dtype, batch, spec, residual, precision)
+    if model == "paper":
+        return _estimate_paper(kind, tuple(ops), tile, dtype, batch, spec, residual, precision)
+    raise PlanError(f"unknown cost model {model!r}: use ours or paper")
+
+
+def _estimate_paper(
+    kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, batch: int, spec: GpuSpec, residual: bool, precision: str
+) -> Cost:
+    km = context(kind, ops, dtype)
+    gs, e = km.gs, km.e
+    reason = tiles.check(kind, ops, tile, dtype, spec)
+    if reason:
+        return Cost(feasible=False, reason=f"{kind} {tile}: {reason}")
+    r, w = paper.gma_elements(kind, gs, tile.th, tile.tw, tile.tf, batch, residual)
+    r, w = r * e, w * e
+    hw = spec.hw
+    smem = tiles.smem_bytes(kind, ops, tile, dtype)
+    regs = tiles.regs_per_thread(kind, tile)
+    bps, _ = blocks_per_sm(smem, tile.threads, regs, hw)
+    last = gs[-1]
+    nsp = -(-last.ho // tile.th) * (1 if last.tokens_major else -(-last.wo // tile.tw))
+    blocks = nsp * -(-last.co // tile.tf) * batch
+    conc = max(1, bps) * hw.sm_count
+    res = KernelResources(
+        kind=kind, smem_bytes=smem, threads=tile.threads, regs_per_thread=regs, blocks=blocks,
+        blocks_per_sm=bps, waves=blocks / conc, occupancy=bps * tile.threads / hw.max_threads_per_sm,
+    )  # fmt: skip
+    flops = 2.0 * batch * sum(g.macs for g in gs)
+    return Cost(
+        gma_read_bytes=r, gma_write_bytes=w, dram_read_bytes=r, dram_write_bytes=w, flops=flops,
+        time_s=(r + w) / hw.dram_bw, launches=1, kernels=(res,),
+    )  # fmt: skip
+
+
+def estimate_op(op: Op, dtype: str, batch: int, gpu: GpuSpec | str, *, precision: str = "fp32") -> Cost:
+    """Cost of an op outside any planned group.
+
+    Views (Reshape, Flatten, ...) cost nothing; dense convs and opaque nodes stream their operands
+    once (see `layers`); a dw/pw/linear op costs its fastest feasible candidate tile.
+    """
+    spec = gpu if isinstance(gpu, GpuSpec) else _gpu(gpu)
+    if op.op_type in VIEW_OPS:
+        return Cost()
+    if op.kind in ("dw", "pw", "linear"):
+        best: Cost | None = None
+        for t in tiles.candidates(op.kind, (op,), dtype, spec):
+            c = estimate_ours(op.kind, (op,), t, dtype, batch, spec, "add" in op.epilogue, precision)
+            if c.feasible and (best is None or c.time_s < best.time_s):
+                best = c
+        return best or Cost(feasible=False, reason=f"no feasible {op.kind} tile for {op.name} on {spec.name}")
+    return stream_cost(op, dtype, batch, spec, precision)
+
+
+def compulsory(kind: str, ops: Sequence[Op], dtype: str, batch: int, residual: bool = False) -> dict[str, float]:
+    """Bytes every kernel of this kind must move at least, whatever its tile (exact element bytes, no
+    sector rounding): the input elements some output needs, the weights and biases, the residual (0
+    when it is the block's own input, as in a pw_dw_pw inverted residual) and the output. The
+    intermediate tensors of a fused kind are not included."""
+    km = context(kind, tuple(ops), dtype)
+    gs, e = km.gs, km.e
+    first, last = gs[0], gs[-1]
+    if first.tokens_major:
+        need = first.h * first.c
+    elif first.depthwise:
+        rows = span_union(first.h, first.pt, (first.kh - 1) * first.dil_h + 1, first.sh, first.ho)
+        cols = span_union(first.w, first.pl, (first.kw - 1) * first.dil_w + 1, first.sw, first.wo)
+        need = first.c * rows * cols
+    else:
+        need = first.c * first.ho * first.wo
+    weights = sum(g.weight_elems + (g.co if g.bias else 0) for g in gs)
+    out = last.out_elems * batch * e
+    res_is_input = getattr(km, "res_is_input", False)  # a pw_dw_pw block adding its own input
+    return {
+        "input": float(need * batch * e),
+        "weights": float(weights * e),
+        "residual": float(out) if residual and not res_is_input else 0.0,
+        "output": float(out),
+    }

@@ -1,0 +1,92 @@
+"""Layer-by-layer depthwise conv kernel (`dw`): traffic and work for any tile.
+
+A block computes tf channels x (th x tw) outputs of one image. It stages the halo window
+((th-1)s + (k-1)d + 1) x ((tw-1)s + (k-1)d + 1) of each of its input planes in shared memory, reading
+it once (sector-rounded per row segment: halo rows/columns shared with neighbouring tiles are read
+again by them, and unaligned segments waste part of a sector), and its tf k x k filters. Math runs
+on CUDA cores in fp32 (fp16 storage is widened).
+"""
+
+from __future__ import annotations
+
+from ..ir import Tile
+from .shapes import Geom
+from .traffic import sectors
+from .work import (
+    KernelModel,
+    Work,
+    block_split_sectors,
+    cdiv,
+    out_plane_sectors,
+    tensor_bytes,
+    whole_bytes,
+    window_sectors,
+    window_unique,
+)
+
+
+def halo(g: Geom, th: int, tw: int) -> tuple[int, int]:
+    """Input window (rows, cols) of a th x tw output tile of a DW-like op."""
+    return (th - 1) * g.sh + (g.kh - 1) * g.dil_h + 1, (tw - 1) * g.sw + (g.kw - 1) * g.dil_w + 1
+
+
+def dw_weight_sectors(g: Geom, part: int, e: int) -> float:
+    """Sectors of reading all DW filters (and biases) in parts of `part` channels."""
+    k2 = g.kh * g.kw
+    s = block_split_sectors(g.co * k2, part * k2, e)
+    return s + block_split_sectors(g.co, part, e) if g.bias else s
+
+
+def dw_weight_unique(g: Geom, e: int) -> float:
+    """Bytes of the DW filters and bias, whole sectors."""
+    k2 = g.kh * g.kw
+    return 32.0 * (sectors(g.co * k2 * e) + (sectors(g.co * e) if g.bias else 0))
+
+
+def input_planes(g: Geom, tf: int) -> int:
+    """Input planes all channel tiles read together (C when tf is a multiple of the multiplier)."""
+    m = max(1, g.co // g.c)
+    if tf % m == 0:
+        return g.c
+    return min(g.co, cdiv(g.co, tf) * (cdiv(tf, m) + 1))
+
+
+class DwModel(KernelModel):
+    def setup(self) -> None:
+        g, e = self.gs[0], self.e
+        self.w_unique = dw_weight_unique(g, e)
+        self.flops = 2.0 * g.macs
+
+    def spatial(self, th: int, tw: int) -> tuple:
+        g, e = self.gs[0], self.e
+        hh, ww = halo(g, th, tw)
+        nsp = cdiv(g.ho, th) * cdiv(g.wo, tw)
+        return nsp, window_sectors(g, hh, ww, th, tw, e), window_unique(g, hh, ww, th, tw, e), out_plane_sectors(g, tw, e)
+
+    def channel(self, tf: int, tc: int) -> tuple:
+        g = self.gs[0]
+        return cdiv(g.co, tf), input_planes(g, tf), dw_weight_sectors(g, tf, self.e)
+
+    def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
+        g, e = self.gs[0], self.e
+        nsp, in_plane, in_uniq, out_plane = sp
+        nf, planes, w_sec = ch
+        out = g.co * out_plane
+        out_u = tensor_bytes(b * g.out_elems, e)
+        return Work(
+            gma_read=32.0 * b * (planes * in_plane + nsp * w_sec + (out if residual else 0.0)),
+            gma_write=32.0 * b * out,
+            in_unique=whole_bytes(b * g.c * in_uniq),
+            w_unique=self.w_unique,
+            res_unique=out_u if residual else 0.0,
+            out_unique=out_u,
+            in_img=g.in_elems * e,
+            out_img=g.out_elems * e,
+            useful_flops=b * self.flops,
+            cuda_flops=b * self.flops,
+            mma_flops=0.0,
+            iters=1,
+            blocks=nsp * nf * b,
+            nf=nf,
+            nsp=nsp,
+        )

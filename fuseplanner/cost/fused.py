@@ -1,0 +1,187 @@
+"""Fused kernels (FCMs): `pw_dw`, `dw_pw`, `pw_pw` and the whole inverted-residual `pw_dw_pw`.
+
+The intermediate tensors live in shared memory (the communication buffer) and never reach L2: what a
+fused kernel saves is their write and read, what it pays is recomputation and re-reads:
+
+- ``pw_dw``: a block computes tf expanded channels x (th x tw) DW outputs. It recomputes the PW
+  outputs of its halo window (redundant PW FLOPs at tile borders) from tc-channel chunks of the PW
+  input window, and reads its tf PW weight rows and DW filters. Input read once per filter tile.
+- ``dw_pw``: a block computes tf PW filters x (th x tw) pixels; for each tc-channel chunk it stages the
+  DW input window, runs the DW and accumulates the PW. The DW (and its input window, and its filters)
+  is recomputed/re-read once per filter tile.
+- ``pw_pw``: a block stages its C1 x (th x tw) input pixels once, computes tc mid channels of the
+  first PW at a time and accumulates tf filters of the second; the first PW (and all of W1) is
+  recomputed/re-read once per filter tile.
+- ``pw_dw_pw``: a block stages the C_in x halo window once; per tc expanded channels it runs the
+  expansion over the window (halo recomputation), the DW, and accumulates tf projection filters.
+  Expansion and DW are recomputed once per filter tile. A residual of this kind is the block's own
+  input (same shape): it is read through L2 again (GMA) but never from DRAM a second time.
+"""
+
+from __future__ import annotations
+
+from ..ir import Tile
+from .dw import dw_weight_sectors, dw_weight_unique, halo
+from .pw import input_unique, pw_weight_sectors, pw_weight_unique
+from .shapes import Geom
+from .traffic import row_sectors, span_total
+from .work import (
+    KernelModel,
+    Work,
+    block_split_sectors,
+    cdiv,
+    out_plane_sectors,
+    out_tokens_sectors,
+    pw_in_sectors,
+    tensor_bytes,
+    whole_bytes,
+    window_sectors,
+    window_unique,
+)
+
+
+def expansion_window(gp: Geom, gd: Geom, th: int, tw: int, e: int) -> tuple[float, int, int]:
+    """For a PW feeding a DW: (sectors of one PW-input plane read by all spatial tiles, PW output
+    rows computed, PW output columns computed), halo windows clipped to the map."""
+    nh, nw = cdiv(gd.ho, th), cdiv(gd.wo, tw)
+    hh, ww = halo(gd, th, tw)
+    rows = span_total(gd.h, gd.pt, hh, th * gd.sh, nh)
+    cols = span_total(gd.w, gd.pl, ww, tw * gd.sw, nw)
+    s = gp.sw
+    col_sec = row_sectors(gp.w, gd.pl * s, (ww - 1) * s + 1, tw * gd.sw * s, nw, e, gp.w * e)
+    return rows * col_sec, rows, cols
+
+
+def whole_weight_sectors(g: Geom, tc: int, e: int) -> float:
+    """Sectors of one block reading a whole first-layer [co, c] weight (and bias), tc rows at a time."""
+    s = block_split_sectors(g.co * g.c, tc * g.c, e)
+    return s + block_split_sectors(g.co, tc, e) if g.bias else s
+
+
+class FusedModel(KernelModel):
+    """Shared assembly of a fused kernel's `Work`."""
+
+    res_is_input = False
+
+    def setup(self) -> None:
+        e = self.e
+        self.first, self.last = self.gs[0], self.gs[-1]
+        self.w_unique = sum(dw_weight_unique(g, e) if g.depthwise else pw_weight_unique(g, e) for g in self.gs)
+        self.useful = 2.0 * sum(g.macs for g in self.gs)
+
+    def assemble(self, b: int, residual: bool, read: float, out: float, nf: int, nsp: int, iters: int,
+                 cuda: float, mma: float, in_unique: float) -> Work:  # fmt: skip
+        """Work from per-image sector counts and FLOPs."""
+        e, first, last = self.e, self.first, self.last
+        out_u = tensor_bytes(b * last.out_elems, e)
+        return Work(
+            gma_read=32.0 * b * (read + (out if residual else 0.0)),
+            gma_write=32.0 * b * out,
+            in_unique=in_unique,
+            w_unique=self.w_unique,
+            res_unique=out_u if residual and not self.res_is_input else 0.0,
+            out_unique=out_u,
+            in_img=first.in_elems * e,
+            out_img=last.out_elems * e,
+            useful_flops=b * self.useful,
+            cuda_flops=b * cuda,
+            mma_flops=b * mma,
+            iters=iters,
+            blocks=nsp * nf * b,
+            nf=nf,
+            nsp=nsp,
+        )
+
+
+class PwDwModel(FusedModel):
+    def spatial(self, th: int, tw: int) -> tuple:
+        gp, gd = self.gs
+        in_plane, rows, cols = expansion_window(gp, gd, th, tw, self.e)
+        nsp = cdiv(gd.ho, th) * cdiv(gd.wo, tw)
+        pw_done = max(2.0 * gp.c * gp.co * rows * cols, 2.0 * gp.macs)
+        return nsp, gp.c * in_plane, gd.co * out_plane_sectors(gd, tw, self.e), pw_done
+
+    def channel(self, tf: int, tc: int) -> tuple:
+        gp, gd = self.gs
+        return cdiv(gd.co, tf), pw_weight_sectors(gp, tf, tc, self.e) + dw_weight_sectors(gd, tf, self.e), cdiv(gp.c, tc) + 1
+
+    def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
+        gp, gd = self.gs
+        nsp, in_s, out, pw_done = sp
+        nf, w_sec, iters = ch
+        return self.assemble(b, residual, nf * in_s + nsp * w_sec, out, nf, nsp, iters,
+                             2.0 * gd.macs, pw_done, input_unique(gp, self.e, b))  # fmt: skip
+
+
+class DwPwModel(FusedModel):
+    def spatial(self, th: int, tw: int) -> tuple:
+        gd, gp = self.gs
+        e = self.e
+        hh, ww = halo(gd, th, tw)
+        nsp = cdiv(gp.ho, th) * cdiv(gp.wo, tw)
+        in_s = gd.c * window_sectors(gd, hh, ww, th, tw, e)
+        return nsp, in_s, gd.c * window_unique(gd, hh, ww, th, tw, e), gp.co * out_plane_sectors(gp, tw, e)
+
+    def channel(self, tf: int, tc: int) -> tuple:
+        gd, gp = self.gs
+        return cdiv(gp.co, tf), dw_weight_sectors(gd, tc, self.e), pw_weight_sectors(gp, tf, tc, self.e), cdiv(gd.c, tc)
+
+    def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
+        gd, gp = self.gs
+        nsp, in_s, in_u, out = sp
+        nf, w_dw, w_pw, iters = ch
+        read = nf * in_s + nsp * (nf * w_dw + w_pw)
+        return self.assemble(b, residual, read, out, nf, nsp, iters,
+                             nf * 2.0 * gd.macs, 2.0 * gp.macs, whole_bytes(b * in_u))  # fmt: skip
+
+
+class PwPwModel(FusedModel):
+    def spatial(self, th: int, tw: int) -> tuple:
+        g1, g2 = self.gs
+        e = self.e
+        if g1.tokens_major:
+            return cdiv(g2.ho, th), block_split_sectors(g1.h * g1.c, th * g1.c, e), 0.0
+        nsp = cdiv(g2.ho, th) * cdiv(g2.wo, tw)
+        return nsp, g1.c * pw_in_sectors(g1, th, tw, e), g2.co * out_plane_sectors(g2, tw, e)
+
+    def channel(self, tf: int, tc: int) -> tuple:
+        g1, g2 = self.gs
+        e = self.e
+        out = out_tokens_sectors(g2, tf, e) if g2.tokens_major else 0.0
+        return cdiv(g2.co, tf), whole_weight_sectors(g1, tc, e), pw_weight_sectors(g2, tf, tc, e), out, cdiv(g1.co, tc) + 1
+
+    def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
+        g1, g2 = self.gs
+        nsp, in_s, out_s = sp
+        nf, w1, w2, out_c, iters = ch
+        read = nf * in_s + nsp * (nf * w1 + w2)
+        return self.assemble(b, residual, read, out_s + out_c, nf, nsp, iters,
+                             0.0, nf * 2.0 * g1.macs + 2.0 * g2.macs, input_unique(g1, self.e, b))  # fmt: skip
+
+
+class PwDwPwModel(FusedModel):
+    def setup(self) -> None:
+        super().setup()
+        g1, _, g2 = self.gs
+        self.res_is_input = (g1.c, g1.h, g1.w) == (g2.co, g2.ho, g2.wo)
+
+    def spatial(self, th: int, tw: int) -> tuple:
+        g1, gd, g2 = self.gs
+        in_plane, rows, cols = expansion_window(g1, gd, th, tw, self.e)
+        nsp = cdiv(g2.ho, th) * cdiv(g2.wo, tw)
+        pw1_done = max(2.0 * g1.c * g1.co * rows * cols, 2.0 * g1.macs)
+        return nsp, g1.c * in_plane, g2.co * out_plane_sectors(g2, tw, self.e), pw1_done
+
+    def channel(self, tf: int, tc: int) -> tuple:
+        g1, gd, g2 = self.gs
+        e = self.e
+        per_tile = whole_weight_sectors(g1, tc, e) + dw_weight_sectors(gd, tc, e)
+        return cdiv(g2.co, tf), per_tile, pw_weight_sectors(g2, tf, tc, e), cdiv(g1.co, tc) + 1
+
+    def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
+        g1, gd, g2 = self.gs
+        nsp, in_s, out, pw1_done = sp
+        nf, w_rep, w3, iters = ch
+        read = nf * in_s + nsp * (nf * w_rep + w3)
+        return self.assemble(b, residual, read, out, nf, nsp, iters,
+                             nf * 2.0 * gd.macs, nf * pw1_done + 2.0 * g2.macs, input_unique(g1, self.e, b))  # fmt: skip

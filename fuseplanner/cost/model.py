@@ -1,0 +1,128 @@
+"""Assembles a `Cost` for one kernel launch: feasibility, resources, traffic, DRAM, time."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+
+from .. import tiles
+from ..errors import PlanError
+from ..ir import DTYPE_BYTES, Cost, KernelResources, Op, Tile
+from ..specs import GpuSpec, Hw
+from .dw import DwModel
+from .fused import DwPwModel, PwDwModel, PwDwPwModel, PwPwModel
+from .pw import PwModel
+from .shapes import geom
+from .time import blocks_per_sm, kernel_time, mma_rate
+from .traffic import dram_write_bytes, miss_fraction
+from .work import KernelModel, Work, cdiv, whole_bytes
+
+#: Member op kinds of each kernel kind, in execution order.
+MEMBERS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "dw": (("dw",),),
+    "pw": (("pw",),),
+    "linear": (("linear",),),
+    "pw_dw": (("pw", "dw"),),
+    "dw_pw": (("dw", "pw"),),
+    "pw_pw": (("pw", "pw"), ("linear", "linear")),
+    "pw_dw_pw": (("pw", "dw", "pw"),),
+}
+
+MODELS: dict[str, type[KernelModel]] = {
+    "dw": DwModel,
+    "pw": PwModel,
+    "linear": PwModel,
+    "pw_dw": PwDwModel,
+    "dw_pw": DwPwModel,
+    "pw_pw": PwPwModel,
+    "pw_dw_pw": PwDwPwModel,
+}
+#: Chunk loads in flight per block (pw/linear run a cp.async ring; the others are single buffered).
+PIPELINE_DEPTH = {"pw": tiles.PW_STAGES - 1, "linear": tiles.PW_STAGES - 1}
+
+PRECISIONS = ("fp32", "tf32")
+
+
+@lru_cache(maxsize=4096)
+def context(kind: str, ops: tuple[Op, ...], dtype: str) -> KernelModel:
+    """The validated kernel model of a group (cached per group: it memoises its tile sub-results)."""
+    if kind not in MEMBERS:
+        raise PlanError(f"unknown kernel kind {kind!r}: use one of {', '.join(MEMBERS)}")
+    got = tuple(op.kind for op in ops)
+    if got not in MEMBERS[kind]:
+        want = " or ".join("+".join(m) for m in MEMBERS[kind])
+        raise PlanError(f"kernel kind {kind} needs ops {want}, got {'+'.join(got) or 'none'}")
+    if dtype not in DTYPE_BYTES:
+        raise PlanError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPE_BYTES)}")
+    gs = tuple(geom(op) for op in ops)
+    for a, b in zip(gs, gs[1:], strict=False):
+        if a.co != b.c:
+            raise PlanError(f"ops of a {kind} group do not chain: {a.co} output channels feed {b.c} inputs")
+    return MODELS[kind](gs, DTYPE_BYTES[dtype])
+
+
+_LAST: list = [None, None]  # one-entry identity cache in front of `context` (same group, many tiles)
+
+
+def _model(kind: str, ops: tuple[Op, ...], dtype: str) -> KernelModel:
+    key = _LAST[0]
+    if key is not None and key[1] is ops and key[0] == kind and key[2] == dtype:
+        return _LAST[1]
+    km = context(kind, ops, dtype)
+    _LAST[0], _LAST[1] = (kind, ops, dtype), km
+    return km
+
+
+def dram_traffic(w: Work, conc: int, hw: Hw) -> tuple[float, float]:
+    """(read, write) DRAM bytes for a cold L2 (rules in `traffic`)."""
+    cap = hw.l2_bytes * hw.l2_usable
+    waves = cdiv(w.blocks, conc)
+    # weights are re-streamed once per wave when one spatial tile's working set does not fit in L2
+    w_foot = w.w_unique + (w.in_img + w.out_img) / w.nsp
+    extra = miss_fraction(w_foot, cap) * (waves - 1) * w.w_unique
+    # the filter tiles of a spatial tile run together unless there are more of them than fit at once
+    rounds = cdiv(w.nf, conc)
+    if rounds > 1:
+        extra += miss_fraction(w.in_img + w.w_unique, cap) * (rounds - 1) * w.in_unique
+    reads = w.in_unique + w.w_unique + w.res_unique
+    return reads + extra, dram_write_bytes(w.out_unique, reads + w.out_unique, cap)
+
+
+def estimate_ours(
+    kind: str, ops: Sequence[Op], tile: Tile, dtype: str, batch: int, gpu: GpuSpec, residual: bool, precision: str
+) -> Cost:
+    """Our model (see docs/cost_model.md)."""
+    if type(ops) is not tuple:
+        ops = tuple(ops)
+    if precision not in PRECISIONS:
+        raise PlanError(f"unknown precision {precision!r}: use fp32 or tf32")
+    km = _model(kind, ops, dtype)
+    reason = tiles.check(kind, ops, tile, dtype, gpu)
+    if reason:
+        return Cost(feasible=False, reason=f"{kind} {tile}: {reason}")
+    hw = gpu.hw
+    smem = tiles.smem_bytes(kind, ops, tile, dtype)
+    regs = tiles.regs_per_thread(kind, tile)
+    bps, limiter = blocks_per_sm(smem, tile.threads, regs, hw)
+    if bps < 1:
+        return Cost(feasible=False, reason=f"{kind} {tile}: no block fits on an SM ({limiter})")
+    w = km.work(tile, batch, residual)
+    conc = hw.sm_count * bps
+    dram_r, dram_w = dram_traffic(w, conc, hw)
+    depth = PIPELINE_DEPTH.get(kind, 1)
+    t = kernel_time(w, dram_r + dram_w, bps, tile.threads, hw, mma_rate(dtype, precision, hw), depth)
+    res = KernelResources(
+        kind=kind, smem_bytes=smem, threads=tile.threads, regs_per_thread=regs, blocks=w.blocks,
+        blocks_per_sm=bps, waves=w.blocks / conc, occupancy=bps * tile.threads / hw.max_threads_per_sm,
+    )  # fmt: skip
+    return Cost(
+        gma_read_bytes=whole_bytes(w.gma_read / 32.0),  # row-phase averages -> whole sectors
+        gma_write_bytes=whole_bytes(w.gma_write / 32.0),
+        dram_read_bytes=dram_r,
+        dram_write_bytes=dram_w,
+        flops=w.useful_flops,
+        redundant_flops=max(0.0, w.cuda_flops + w.mma_flops - w.useful_flops),
+        time_s=t,
+        launches=1,
+        kernels=(res,),
+    )

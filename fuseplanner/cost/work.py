@@ -1,0 +1,145 @@
+"""The `Work` record every kernel model returns, the `KernelModel` base class, and the access
+patterns kernels share.
+
+Kernel layout assumed by every model (and implemented by the kernels): the grid is
+x = filter tiles (fastest), y = spatial tiles, z = images. The filter tiles of one spatial tile are
+therefore resident together and re-read the same input window from L2, and weights are re-read from
+L2 by every spatial tile; both re-reads reach DRAM only when their reuse footprint exceeds L2
+(see `traffic`). Weight matrices are row-major [out, in] (PW/linear) and [C, kh, kw] (DW); a block
+reads the rows of its filter tile, in chunks of tc input channels.
+
+A model splits its arithmetic into a spatial part (depends on th, tw), a channel part (tf, tc) and a
+cheap combination, and memoises the two parts per kernel group: the planner evaluates hundreds of
+tiles per group, which share few distinct spatial and channel sizes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+from ..ir import Tile
+from .shapes import Geom
+from .traffic import row_sectors, row_union_sectors, sectors, span_total, span_union
+
+
+class Work(NamedTuple):
+    """What one kernel launch moves and computes (all batch-scaled; bytes are whole sectors)."""
+
+    gma_read: float  # bytes read from L2 by the SMs
+    gma_write: float  # bytes written to L2 by the SMs
+    in_unique: float  # distinct input bytes (DRAM compulsory reads of the activation input)
+    w_unique: float  # distinct weight + bias bytes
+    res_unique: float  # distinct residual bytes that are not already the input (DRAM compulsory)
+    out_unique: float  # distinct output bytes
+    in_img: float  # input bytes of one image (reuse footprint of filter-tile re-reads)
+    out_img: float  # output bytes of one image
+    useful_flops: float  # FLOPs of the unfused layers
+    cuda_flops: float  # FLOPs executed on CUDA cores (DW), redundant ones included
+    mma_flops: float  # FLOPs of PW/linear products (tensor cores when the dtype allows), redundant included
+    iters: int  # serial chunk iterations per block (each waits for one load)
+    blocks: int
+    nf: int  # filter tiles
+    nsp: int  # spatial tiles per image
+
+
+class KernelModel:
+    """Traffic and work of one kernel kind over one group of ops, for any tile and batch."""
+
+    def __init__(self, gs: tuple[Geom, ...], e: int) -> None:
+        self.gs, self.e = gs, e
+        self._sp: dict[tuple[int, int], Any] = {}
+        self._ch: dict[tuple[int, int], Any] = {}
+        self.setup()
+
+    def setup(self) -> None:
+        """Tile-independent quantities."""
+
+    def spatial(self, th: int, tw: int) -> Any:
+        raise NotImplementedError
+
+    def channel(self, tf: int, tc: int) -> Any:
+        raise NotImplementedError
+
+    def combine(self, sp: Any, ch: Any, tile: Tile, b: int, residual: bool) -> Work:
+        raise NotImplementedError
+
+    def work(self, tile: Tile, b: int, residual: bool) -> Work:
+        key = (tile.th, tile.tw)
+        sp = self._sp.get(key)
+        if sp is None:
+            sp = self._sp[key] = self.spatial(tile.th, tile.tw)
+        key = (tile.tf, tile.tc)
+        ch = self._ch.get(key)
+        if ch is None:
+            ch = self._ch[key] = self.channel(tile.tf, tile.tc)
+        return self.combine(sp, ch, tile, b, residual)
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def out_plane_sectors(g: Geom, tw: int, e: int) -> float:
+    """Sectors of one NCHW output plane written tile by tile (th x tw per block; rows independent of th)."""
+    return g.ho * row_sectors(g.wo, 0, tw, tw, cdiv(g.wo, tw), e, g.wo * e)
+
+
+def out_tokens_sectors(g: Geom, tf: int, e: int) -> float:
+    """Sectors of one token-major output [tokens, co] written tf columns per block."""
+    return g.ho * row_sectors(g.co, 0, tf, tf, cdiv(g.co, tf), e, g.co * e)
+
+
+def matrix_chunk_sectors(rows: int, cols: int, chunk: int, e: int) -> float:
+    """Sectors of reading all `rows` rows of a row-major rows x cols matrix in column chunks of `chunk`."""
+    return rows * row_sectors(cols, 0, chunk, chunk, cdiv(cols, chunk), e, cols * e)
+
+
+def block_split_sectors(n: int, part: int, e: int) -> float:
+    """Sectors of reading a contiguous array of n elements in consecutive parts of `part` elements."""
+    return row_sectors(n, 0, part, part, cdiv(n, part), e, 0)
+
+
+def window_sectors(g: Geom, hh: int, ww: int, th: int, tw: int, e: int) -> float:
+    """Sectors of one input plane when every spatial tile reads its hh x ww window (halo included),
+    for a DW-like access (windows of contiguous rows and columns, padding clipped)."""
+    nh, nw = cdiv(g.ho, th), cdiv(g.wo, tw)
+    rows = span_total(g.h, g.pt, hh, th * g.sh, nh)
+    return rows * row_sectors(g.w, g.pl, ww, tw * g.sw, nw, e, g.w * e)
+
+
+def window_unique(g: Geom, hh: int, ww: int, th: int, tw: int, e: int) -> float:
+    """Distinct sectors of one plane that the windows of `window_sectors` cover (fractional: the
+    tensor total is rounded by the caller)."""
+    nh, nw = cdiv(g.ho, th), cdiv(g.wo, tw)
+    rows = span_union(g.h, g.pt, hh, th * g.sh, nh)
+    step = tw * g.sw
+    cols = span_union(g.w, g.pl, ww, step, nw)
+    if rows == g.h and cols == g.w:
+        return g.h * g.w * e / 32
+    return rows * row_union_sectors(g.w, g.pl, ww, step, nw, e, g.w * e)
+
+
+def pw_in_sectors(g: Geom, th: int, tw: int, e: int) -> float:
+    """Sectors of one input plane of a PW conv read tile by tile (strided pixels only)."""
+    nw = cdiv(g.wo, tw)
+    win = (tw - 1) * g.sw + 1
+    return g.ho * row_sectors(g.w, 0, win, tw * g.sw, nw, e, g.w * e)
+
+
+def pw_in_unique(g: Geom, e: int) -> float:
+    """Distinct sectors of one input plane of a PW conv (all of it at stride 1)."""
+    if g.sh == 1 and g.sw == 1:
+        return g.h * g.w * e / 32
+    win = (g.wo - 1) * g.sw + 1
+    return g.ho * row_sectors(g.w, 0, win, win, 1, e, g.w * e)
+
+
+def tensor_bytes(nelems: int, e: int) -> float:
+    """Bytes of a contiguous tensor rounded up to whole sectors."""
+    return 32.0 * sectors(nelems * e)
+
+
+def whole_bytes(nsectors: float) -> float:
+    """Bytes of a (possibly fractional, row-averaged) sector count rounded up to whole sectors."""
+    return 32.0 * math.ceil(nsectors - 1e-9)

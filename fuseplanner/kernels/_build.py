@@ -1,0 +1,86 @@
+"""Compile kernels/*.cu with #defines through CuPy's NVRTC, cached per (source, name, defines).
+
+CuPy is imported lazily, so `import fuseplanner.kernels` works on machines without it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ..errors import DeviceError
+
+#: Default NVRTC options: C++17, full-precision math (epilogues must match the float64 reference).
+DEFAULT_OPTIONS = ("-std=c++17",)
+
+
+def kernels_dir() -> Path:
+    """Directory holding the kernel sources (the repository's kernels/, bundled in the wheel)."""
+    return Path(str(importlib.resources.files("fuseplanner") / "data" / "kernels"))
+
+
+def kernel_source(source: str, defines: Mapping[str, int | str]) -> str:
+    """The text compiled for `source` with `defines`: one `#define` line per entry, then the file."""
+    path = kernels_dir() / source
+    if not path.is_file():
+        raise DeviceError(f"kernel source {source!r} not found in {kernels_dir()}: reinstall fuseplanner")
+    head = "".join(f"#define {k} {_define_value(v)}\n" for k, v in sorted(defines.items()))
+    return head + f'#line 1 "{source}"\n' + path.read_text()
+
+
+def _define_value(v: int | str | bool | float) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, float):
+        return f"{v!r}f"
+    return str(v)
+
+
+def require_device():
+    """Import CuPy and check that a CUDA device is usable; return the cupy module.
+
+    Raises DeviceError (one line) when CuPy is missing or no device is visible.
+    """
+    try:
+        import cupy
+    except ImportError:
+        raise DeviceError(
+            "CuPy is not installed: install fuseplanner[gpu] (cupy-cuda13x) on a machine with a CUDA GPU"
+        ) from None
+    try:
+        ok = cupy.cuda.is_available()
+    except Exception as exc:  # CUDA driver errors surface as various exception types
+        raise DeviceError(f"CUDA is not usable: {str(exc).splitlines()[0] if str(exc) else exc!r}") from None
+    if not ok:
+        raise DeviceError("no CUDA device is visible: run on a machine with an NVIDIA GPU and driver")
+    return cupy
+
+
+def compile_kernel(
+    source: str, name: str, defines: Mapping[str, int | str], options: Sequence[str] = ()
+):
+    """A `cupy.RawKernel` for kernel `name` of kernels/`source` built with `defines`; compiled once."""
+    key = (source, name, tuple(sorted((k, _define_value(v)) for k, v in defines.items())), tuple(options))
+    return _compile_cached(*key)
+
+
+@functools.cache
+def _compile_cached(source: str, name: str, defines: tuple[tuple[str, str], ...], options: tuple[str, ...]):
+    cupy = require_device()
+    code = kernel_source(source, dict(defines))
+    opts = (*DEFAULT_OPTIONS, f"-I{kernels_dir()}", *options)
+    try:
+        module = cupy.RawModule(code=code, options=opts)
+        return module.get_function(name)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        raise DeviceError(f"compiling {source}:{name} failed: {first}") from exc
+
+
+def launch(kernel, grid: tuple[int, int, int], block: int, smem: int, args: tuple) -> None:
+    """Launch `kernel` with `smem` bytes of dynamic shared memory (raising the opt-in limit if needed)."""
+    if smem > 48 * 1024 and kernel.max_dynamic_shared_size_bytes < smem:
+        kernel.max_dynamic_shared_size_bytes = smem
+    kernel(grid, (block, 1, 1), args, shared_mem=smem)

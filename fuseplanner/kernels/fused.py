@@ -1,0 +1,348 @@
+"""Fused kernels: PW->DW, DW->PW, PW->PW (also linear->act->linear) and PW->DW->PW (kernels/fused_*.cu).
+
+Each `prepare_<kind>` checks the arrays against the member ops, derives the kernel's compile-time
+configuration from the tile (layout per `fuseplanner.tiles`, the GEMM back end from dtype and
+precision, the per-thread or per-warp work split) and returns a `Launch`; `run_<kind>` prepares and
+runs. The tile must already have passed `tiles.check` (`fuseplanner.kernels.run` does that).
+
+Back ends (define PREC): 0 exact fp32 FMA (fp32, precision "fp32"), 1 TF32 tensor cores (fp32,
+precision "tf32"), 2 fp16 tensor cores with fp32 accumulation (fp16 storage). Weights and biases stay
+float32 in global memory and are converted when staged to shared memory.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from .. import tiles
+from ..errors import PlanError
+from ..ir import Op, Tile
+from . import _build
+from ._common import (
+    ACT_CODES,
+    activation,
+    bias_as,
+    check_array,
+    check_precision,
+    conv_out_hw,
+    dtype_defines,
+    linear_dims,
+    null_ptr,
+    output_array,
+    weight_as,
+)
+from .lbl import Launch
+
+#: Accumulator registers per thread above which a work split is penalised (spills follow).
+MAX_ACC = 128
+
+
+def _rup(a: int, b: int) -> int:
+    return -(-a // b) * b
+
+
+def _i32(*vals: int) -> tuple:
+    return tuple(np.int32(v) for v in vals)
+
+
+def precision_code(dtype: str, precision: str) -> int:
+    """PREC define: 0 exact fp32 FMA, 1 TF32 tensor cores, 2 fp16 tensor cores."""
+    check_precision(dtype, precision)
+    if dtype == "fp16":
+        return 2
+    return 1 if precision == "tf32" else 0
+
+
+def fma_group(m: int, n: int, threads: int, resident: bool) -> tuple[int, int, int, int]:
+    """(GM, GN, ME, NE): each thread's register micro-tile GM x GN for an m x n exact-fp32 GEMM and
+    the covered extents (m, n rounded up to GM, GN). Minimises per-thread FMAs plus shared loads."""
+    best = None
+    for gm in (1, 2, 4, 8):
+        for gn in (1, 2, 4, 8):
+            if gm * gn > 32:
+                continue
+            me, ne = _rup(m, gm), _rup(n, gn)
+            mt = math.ceil((me // gm) * (ne // gn) / threads)
+            cost = mt * (gm * gn + 0.5 * (math.ceil(gm / 4) + math.ceil(gn / 4)))
+            if resident and mt * gm * gn > MAX_ACC:
+                cost *= 4
+            if best is None or cost < best[0]:
+                best = (cost, (gm, gn, me, ne))
+    return best[1]
+
+
+def mma_group(m: int, n: int, warps: int, resident: bool) -> tuple[int, int, int, int]:
+    """(GM, GN, ME, NE): each warp's tile of 16 x 8 mma tiles over an m x n GEMM (m a multiple of 16,
+    n of 8). Minimises mma instructions per warp plus fragment loads."""
+    tm, tn = m // 16, n // 8
+    best = None
+    for mi in (d for d in (1, 2, 4) if tm % d == 0):
+        for ni in (d for d in range(1, 9) if tn % d == 0):
+            mt = math.ceil((tm // mi) * (tn // ni) / warps)
+            cost = mt * (mi * ni + 0.5 * (mi + 0.5 * ni))
+            if resident and mt * mi * ni * 4 > MAX_ACC:
+                cost *= 4
+            if best is None or cost < best[0]:
+                best = (cost, (16 * mi, 8 * ni, m, n))
+    return best[1]
+
+
+def gemm_defines(prefix: str, m: int, n: int, mp: int, np_: int, threads: int, prec: int,
+                 resident: bool) -> dict[str, int]:
+    """G<prefix>M/N and ME/NE<prefix> defines for a block GEMM of real extents m x n whose shared
+    buffers are padded to mp (multiple of 16) x np_ (multiple of 8)."""
+    if prec == 0:
+        gm, gn, me, ne = fma_group(m, n, threads, resident)
+    else:
+        gm, gn, me, ne = mma_group(mp, np_, threads // 32, resident)
+    return {f"G{prefix}M": gm, f"G{prefix}N": gn, f"ME{prefix}": me, f"NE{prefix}": ne}
+
+
+def _act(op: Op) -> int:
+    a = activation(op)
+    return ACT_CODES[a] if a else 0
+
+
+def _geometry_defines(dw: Op) -> dict[str, int]:
+    (kh, kw), (sh, sw), (dh, dwl) = dw.kernel, dw.stride, dw.dilation
+    return {"KH": kh, "KW": kw, "SH": sh, "SW": sw, "DLH": dh, "DLW": dwl}
+
+
+def _nchw(x, what: str = "x") -> tuple[int, int, int, int]:
+    if x.ndim != 4:
+        raise PlanError(f"{what} must be NCHW, got shape {tuple(x.shape)}")
+    return tuple(int(s) for s in x.shape)
+
+
+def _expect(ops: Sequence[Op], kinds: Sequence[str], name: str) -> None:
+    got = tuple(o.kind for o in ops)
+    if len(ops) != len(kinds) or any(g not in (k, "linear" if k == "pw" else k) for g, k in zip(got, kinds, strict=False)):
+        raise PlanError(f"{name} takes ops of kinds {'->'.join(kinds)}, got {'->'.join(got) or 'none'}")
+    for a, b in zip(ops, ops[1:], strict=False):
+        if a.c_out != b.c_in:
+            raise PlanError(f"op {a.name} gives {a.c_out} channels but {b.name} takes {b.c_in}")
+
+
+def _dw_checked(op: Op, h: int, w: int) -> tuple[int, int]:
+    if op.multiplier != 1 or op.c_out != op.c_in:
+        raise PlanError(f"op {op.name} is not a depthwise convolution with channel multiplier 1")
+    ho, wo = conv_out_hw(op, h, w)
+    if (ho, wo) != tuple(op.hw_out):
+        raise PlanError(f"op {op.name}: input {h}x{w} gives a {ho}x{wo} output, the op says {op.hw_out}")
+    return ho, wo
+
+
+def _pw_checked(op: Op) -> None:
+    if op.kind == "pw" and (tuple(op.stride) != (1, 1) or any(op.pads) or tuple(op.kernel) != (1, 1)):
+        raise PlanError(f"op {op.name}: fused kernels need stride-1 unpadded 1x1 pointwise members")
+
+
+def _launch(kind: str, ops, tile: Tile, dtype: str, precision: str, biases: Sequence[bool], residual,
+            grid: tuple[int, int, int], args: tuple, out, keep: tuple) -> Launch:
+    defines = kernel_defines(kind, ops, tile, dtype, precision, biases, residual is not None)
+    source, name = SOURCES[kind]
+    kernel = _build.compile_kernel(source, name, defines)
+    return Launch(kernel, grid, tile.threads, defines["SMEM_TOTAL"], args, out, defines, keep)
+
+
+def _res(cp, residual, shape, dtype):
+    return None if residual is None else check_array(cp, residual, shape, dtype, "residual")
+
+
+SOURCES = {kind: (f"fused_{kind}.cu", f"fused_{kind}") for kind in tiles.FUSED_KINDS}
+
+
+def kernel_defines(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, precision: str,
+                   biases: Sequence[bool], residual: bool) -> dict[str, int]:
+    """Every #define of kernels/fused_<kind>.cu for this group, tile, dtype and precision (pure).
+
+    `biases` says which member ops have a bias; `residual` whether a residual is added.
+    """
+    prec = precision_code(dtype, precision)
+    th, tw, tf, tc, threads = tile.th, tile.tw, tile.tf, tile.tc, tile.threads
+    p, kp, mp = th * tw, _rup(tc, 16), _rup(tf, 16)
+    d = {**dtype_defines(dtype), "PREC": prec, "THREADS": threads, "TH": th, "TW": tw, "TF": tf, "TC": tc,
+         "HAS_RES": int(residual), "SMEM_TOTAL": tiles.smem_bytes(kind, ops, tile, dtype)}
+    for i, (op, b) in enumerate(zip(ops, biases, strict=True), start=1):
+        d[f"ACT{i}"] = _act(op)
+        d[f"HAS_B{i}"] = int(b)
+    if kind in ("pw_dw", "dw_pw", "pw_dw_pw"):
+        d.update(_geometry_defines(ops[0] if kind == "dw_pw" else ops[1]))
+    if kind in ("pw_pw", "pw_dw_pw"):
+        d["C1"] = ops[0].c_in
+    if kind == "pw_pw":
+        d["CL"] = int(ops[0].kind == "linear")
+        d.update(gemm_defines("1", tc, p, kp, _rup(p, 8), threads, prec, False))
+    if kind in ("pw_dw", "pw_dw_pw"):
+        hh, ww = tiles.halo_window(kind, ops, tile)
+        n1 = hh * ww
+        if kind == "pw_dw":
+            d.update(gemm_defines("1", tf, n1, mp, _rup(n1, 8), threads, prec, False))
+        else:
+            d.update(gemm_defines("1", tc, n1, kp, _rup(n1, 8), threads, prec, False))
+    if kind != "pw_dw":
+        d.update(gemm_defines("2", tf, p, mp, _rup(p, 8), threads, prec, True))
+    return d
+
+
+# ---- PW -> DW ----------------------------------------------------------------------------------------
+def prepare_pw_dw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp32", precision: str = "fp32",
+                  residual=None, out=None) -> Launch:
+    """Prepare a fused expansion 1x1 -> depthwise pair on NCHW `x`."""
+    cp = _build.require_device()
+    precision_code(dtype, precision)
+    _expect(ops, ("pw", "dw"), "pw_dw")
+    pw, dw = ops
+    _pw_checked(pw)
+    n, c, h, w = _nchw(x)
+    x = check_array(cp, x, (n, pw.c_in, h, w), dtype, "x")
+    ce = pw.c_out
+    ho, wo = _dw_checked(dw, h, w)
+    (w1, b1), (w2, b2) = params
+    w1 = weight_as(cp, w1, (ce, c), None, f"{pw.name} weight")
+    b1 = bias_as(cp, b1, ce, f"{pw.name} bias")
+    w2 = weight_as(cp, w2, (ce, dw.kernel[0] * dw.kernel[1]), None, f"{dw.name} weight")
+    b2 = bias_as(cp, b2, ce, f"{dw.name} bias")
+    shape = (n, ce, ho, wo)
+    out = output_array(cp, out, shape, dtype)
+    residual = _res(cp, residual, shape, dtype)
+    tiles_w = math.ceil(wo / tile.tw)
+    grid = (math.ceil(ho / tile.th) * tiles_w, math.ceil(ce / tile.tf), n)
+    nul = null_ptr(cp)
+    args = (x, w1, _or(b1, nul), w2, _or(b2, nul), _or(residual, nul), out,
+            *_i32(c, ce, h, w, ho, wo, dw.pads[0], dw.pads[1], tiles_w))
+    return _launch("pw_dw", ops, tile, dtype, precision, (b1 is not None, b2 is not None), residual, grid, args,
+                   out, (x, w1, b1, w2, b2, residual))
+
+
+# ---- DW -> PW ----------------------------------------------------------------------------------------
+def prepare_dw_pw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp32", precision: str = "fp32",
+                  residual=None, out=None) -> Launch:
+    """Prepare a fused depthwise -> projection 1x1 pair on NCHW `x`."""
+    cp = _build.require_device()
+    precision_code(dtype, precision)
+    _expect(ops, ("dw", "pw"), "dw_pw")
+    dw, pw = ops
+    _pw_checked(pw)
+    n, c, h, w = _nchw(x)
+    x = check_array(cp, x, (n, dw.c_in, h, w), dtype, "x")
+    ho, wo = _dw_checked(dw, h, w)
+    nf = pw.c_out
+    (w1, b1), (w2, b2) = params
+    w1 = weight_as(cp, w1, (c, dw.kernel[0] * dw.kernel[1]), None, f"{dw.name} weight")
+    b1 = bias_as(cp, b1, c, f"{dw.name} bias")
+    w2 = weight_as(cp, w2, (nf, c), None, f"{pw.name} weight")
+    b2 = bias_as(cp, b2, nf, f"{pw.name} bias")
+    shape = (n, nf, ho, wo)
+    out = output_array(cp, out, shape, dtype)
+    residual = _res(cp, residual, shape, dtype)
+    tiles_w = math.ceil(wo / tile.tw)
+    grid = (math.ceil(ho / tile.th) * tiles_w, math.ceil(nf / tile.tf), n)
+    nul = null_ptr(cp)
+    args = (x, w1, _or(b1, nul), w2, _or(b2, nul), _or(residual, nul), out,
+            *_i32(c, nf, h, w, ho, wo, dw.pads[0], dw.pads[1], tiles_w))
+    return _launch("dw_pw", ops, tile, dtype, precision, (b1 is not None, b2 is not None), residual, grid, args,
+                   out, (x, w1, b1, w2, b2, residual))
+
+
+# ---- PW -> PW (or linear -> linear) --------------------------------------------------------------------
+def prepare_pw_pw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp32", precision: str = "fp32",
+                  residual=None, out=None) -> Launch:
+    """Prepare two fused 1x1 convolutions on NCHW `x`, or linear -> act -> linear on channel-last
+    tokens `x` of shape (..., C1) when the ops are linear."""
+    cp = _build.require_device()
+    precision_code(dtype, precision)
+    _expect(ops, ("pw", "pw"), "pw_pw")
+    a, b = ops
+    cl = a.kind == "linear"
+    if cl != (b.kind == "linear"):
+        raise PlanError("pw_pw needs two 1x1 convolutions or two linear ops, not a mix")
+    for op in ops:
+        _pw_checked(op)
+    c1, c2, c3 = a.c_in, a.c_out, b.c_out
+    if cl:
+        n, tokens, cx = linear_dims(x.shape)
+        h, w = tokens, 1
+        xshape, shape = tuple(x.shape), (*x.shape[:-1], c3)
+    else:
+        n, cx, h, w = _nchw(x)
+        xshape, shape = (n, c1, h, w), (n, c3, h, w)
+    if cx != c1:
+        raise PlanError(f"x has {cx} channels, op {a.name} expects {c1}")
+    if (h, w) != tuple(b.hw_out):
+        raise PlanError(f"x gives a {h}x{w} map, op {b.name} says {b.hw_out}")
+    x = check_array(cp, x, xshape, dtype, "x")
+    (w1, b1), (w2, b2) = params
+    w1 = weight_as(cp, w1, (c2, c1), None, f"{a.name} weight")
+    b1 = bias_as(cp, b1, c2, f"{a.name} bias")
+    w2 = weight_as(cp, w2, (c3, c2), None, f"{b.name} weight")
+    b2 = bias_as(cp, b2, c3, f"{b.name} bias")
+    out = output_array(cp, out, shape, dtype)
+    residual = _res(cp, residual, shape, dtype)
+    tiles_w = math.ceil(w / tile.tw)
+    grid = (math.ceil(h / tile.th) * tiles_w, math.ceil(c3 / tile.tf), n)
+    nul = null_ptr(cp)
+    args = (x, w1, _or(b1, nul), w2, _or(b2, nul), _or(residual, nul), out, *_i32(c2, c3, h, w, tiles_w))
+    return _launch("pw_pw", ops, tile, dtype, precision, (b1 is not None, b2 is not None), residual, grid, args,
+                   out, (x, w1, b1, w2, b2, residual))
+
+
+# ---- PW -> DW -> PW --------------------------------------------------------------------------------------
+def prepare_pw_dw_pw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp32", precision: str = "fp32",
+                     residual=None, out=None) -> Launch:
+    """Prepare a whole fused inverted-residual block (expansion, depthwise, projection) on NCHW `x`;
+    `residual` (e.g. `x` itself) is added to the output when given."""
+    cp = _build.require_device()
+    precision_code(dtype, precision)
+    _expect(ops, ("pw", "dw", "pw"), "pw_dw_pw")
+    pe, dw, pp = ops
+    _pw_checked(pe)
+    _pw_checked(pp)
+    n, c1, h, w = _nchw(x)
+    x = check_array(cp, x, (n, pe.c_in, h, w), dtype, "x")
+    ce, c3 = pe.c_out, pp.c_out
+    ho, wo = _dw_checked(dw, h, w)
+    (w1, b1), (w2, b2), (w3, b3) = params
+    w1 = weight_as(cp, w1, (ce, c1), None, f"{pe.name} weight")
+    b1 = bias_as(cp, b1, ce, f"{pe.name} bias")
+    w2 = weight_as(cp, w2, (ce, dw.kernel[0] * dw.kernel[1]), None, f"{dw.name} weight")
+    b2 = bias_as(cp, b2, ce, f"{dw.name} bias")
+    w3 = weight_as(cp, w3, (c3, ce), None, f"{pp.name} weight")
+    b3 = bias_as(cp, b3, c3, f"{pp.name} bias")
+    shape = (n, c3, ho, wo)
+    out = output_array(cp, out, shape, dtype)
+    residual = _res(cp, residual, shape, dtype)
+    tiles_w = math.ceil(wo / tile.tw)
+    grid = (math.ceil(ho / tile.th) * tiles_w, math.ceil(c3 / tile.tf), n)
+    nul = null_ptr(cp)
+    args = (x, w1, _or(b1, nul), w2, _or(b2, nul), w3, _or(b3, nul), _or(residual, nul), out,
+            *_i32(ce, c3, h, w, ho, wo, dw.pads[0], dw.pads[1], tiles_w))
+    return _launch("pw_dw_pw", ops, tile, dtype, precision, (b1 is not None, b2 is not None, b3 is not None),
+                   residual, grid, args, out, (x, w1, b1, w2, b2, w3, b3, residual))
+
+
+def _or(a, default):
+    return default if a is None else a
+
+
+def run_pw_dw(ops, tile, x, params, *, dtype="fp32", precision="fp32", residual=None, out=None):
+    """Run a fused PW->DW pair; returns the (N, C_exp, Ho, Wo) output."""
+    return prepare_pw_dw(ops, tile, x, params, dtype=dtype, precision=precision, residual=residual, out=out)()
+
+
+def run_dw_pw(ops, tile, x, params, *, dtype="fp32", precision="fp32", residual=None, out=None):
+    """Run a fused DW->PW pair; returns the (N, C_out, Ho, Wo) output."""
+    return prepare_dw_pw(ops, tile, x, params, dtype=dtype, precision=precision, residual=residual, out=out)()
+
+
+def run_pw_pw(ops, tile, x, params, *, dtype="fp32", precision="fp32", residual=None, out=None):
+    """Run two fused PW (or linear) layers; returns the output in the input's layout."""
+    return prepare_pw_pw(ops, tile, x, params, dtype=dtype, precision=precision, residual=residual, out=out)()
+
+
+def run_pw_dw_pw(ops, tile, x, params, *, dtype="fp32", precision="fp32", residual=None, out=None):
+    """Run a fused inverted-residual block; returns the (N, C_out, Ho, Wo) output."""
+    return prepare_pw_dw_pw(ops, tile, x, params, dtype=dtype, precision=precision, residual=residual, out=out)()

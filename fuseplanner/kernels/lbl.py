@@ -1,0 +1,244 @@
+"""Layer-by-layer kernels: depthwise (kernels/dw.cu), pointwise and linear (kernels/pw.cu).
+
+Each `prepare_*` checks the arrays, picks the kernel variant for the tile (vector widths, math path,
+thread mapping) and returns a `Launch` that runs the kernel when called; `run_*` prepares and runs.
+The tile itself must already have passed `tiles.check` (`fuseplanner.kernels.run` does that).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import tiles
+from ..errors import PlanError
+from ..ir import Op, Tile, dtype_bytes
+from . import _build
+from ._common import (
+    bias_as,
+    check_array,
+    check_precision,
+    conv_out_hw,
+    dtype_defines,
+    epilogue_defines,
+    linear_dims,
+    null_ptr,
+    output_array,
+    weight_as,
+)
+
+#: Most fp32 accumulator registers per thread the tensor-core path may use before it falls back.
+MAX_MMA_ACC = 128
+
+
+@dataclass
+class Launch:
+    """One prepared kernel launch; calling it runs the kernel (asynchronously) and returns `out`."""
+
+    kernel: object
+    grid: tuple[int, int, int]
+    block: int
+    smem: int
+    args: tuple
+    out: object
+    defines: dict = field(default_factory=dict)
+    keep: tuple = ()  # arrays the arguments point into (kept alive with the launch)
+
+    def __call__(self):
+        _build.launch(self.kernel, self.grid, self.block, self.smem, self.args)
+        return self.out
+
+
+def _i32(*vals: int) -> tuple:
+    return tuple(np.int32(v) for v in vals)
+
+
+def _vector_elems(ptr: int, dtype: str, ok) -> int:
+    """Largest vector width (elements, 16/8/4 bytes) that `ok(width)` accepts and `ptr` is aligned to."""
+    e = dtype_bytes(dtype)
+    for nbytes in (16, 8, 4):
+        u = nbytes // e
+        if u >= 1 and ptr % nbytes == 0 and ok(u):
+            return u
+    return 0
+
+
+# ---- depthwise -------------------------------------------------------------------------------------
+def prepare_dw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp32", precision: str = "fp32",
+               residual=None, out=None) -> Launch:
+    """Prepare a depthwise convolution (channel multiplier 1) of NCHW `x` with `tile`."""
+    cp = _build.require_device()
+    check_precision(dtype, precision)
+    (op,) = ops
+    if op.kind != "dw" or op.groups != op.c_in or op.c_out != op.c_in:
+        raise PlanError(f"op {op.name} is not a depthwise convolution with channel multiplier 1")
+    if x.ndim != 4:
+        raise PlanError(f"dw input must be NCHW, got shape {tuple(x.shape)}")
+    n, c, h, w = x.shape
+    x = check_array(cp, x, (n, op.c_in, h, w), dtype, "x")
+    ho, wo = conv_out_hw(op, h, w)
+    if (ho, wo) != tuple(op.hw_out):
+        raise PlanError(f"op {op.name}: input {h}x{w} gives a {ho}x{wo} output, the op says {op.hw_out}")
+    (kh, kw), (sh, sw), (dh, dwl) = op.kernel, op.stride, op.dilation
+    wt, b = params[0]
+    wt = weight_as(cp, wt, (c, kh * kw), None, f"{op.name} weight")
+    b = bias_as(cp, b, c, f"{op.name} bias")
+    shape = (n, c, ho, wo)
+    out = output_array(cp, out, shape, dtype)
+    if residual is not None:
+        residual = check_array(cp, residual, shape, dtype, "residual")
+    th, tw, tf, threads = tile.th, tile.tw, tile.tf, tile.threads
+    v = next(v for v in (4, 2, 1) if th % v == 0 and (tf * (th // v) * tw) % threads == 0)
+    vec = _vector_elems(x.data.ptr, dtype, lambda u: u > 1 and w % u == 0)
+    defines = {
+        **dtype_defines(dtype),
+        **epilogue_defines(op, b is not None, residual is not None),
+        "TH": th, "TW": tw, "TF": tf, "THREADS": threads, "KH": kh, "KW": kw, "SH": sh, "SW": sw,
+        "PAD_T": op.pads[0], "PAD_L": op.pads[1], "DIL_H": dh, "DIL_W": dwl, "V": v, "VEC": max(vec, 1),
+    }
+    kernel = _build.compile_kernel("dw.cu", "dw_kernel", defines)
+    tiles_w = math.ceil(wo / tw)
+    grid = (math.ceil(ho / th) * tiles_w, math.ceil(c / tf), n)
+    nul = null_ptr(cp)
+    args = (x, wt, b if b is not None else nul, residual if residual is not None else nul, out,
+            *_i32(c, h, w, ho, wo, tiles_w))
+    smem = tiles.smem_bytes("dw", ops, tile, dtype)
+    return Launch(kernel, grid, threads, smem, args, out, defines, (x, wt, b, residual))
+
+
+# ---- pointwise / linear ----------------------------------------------------------------------------
+def _mma_grid(tf: int, p: int, warps: int) -> tuple[int, int, int, int] | None:
+    """(WARPS_M, WARPS_N, WM_T, WN_T) covering tf x p with 16 x 8 mma tiles, fewest tiles per warp."""
+    mt_m, mt_n = math.ceil(tf / 16), math.ceil(p / 8)
+    best = None
+    for wm in (d for d in range(1, warps + 1) if warps % d == 0):
+        wn = warps // wm
+        a, b = math.ceil(mt_m / wm), math.ceil(mt_n / wn)
+        score = (a * b, a + b)
+        if best is None or score < best[0]:
+            best = (score, (wm, wn, a, b))
+    if best is None or best[1][2] * best[1][3] * 4 > MAX_MMA_ACC:
+        return None
+    return best[1]
+
+
+def _fma_map(tf: int, p: int, threads: int) -> int | None:
+    """Threads along filters (A_THR) for a RF x RP register block, or None when no split fits."""
+    best = None
+    for a in (d for d in range(1, threads + 1) if threads % d == 0 and tf % d == 0):
+        b = threads // a
+        if p % b:
+            continue
+        rf, rp = tf // a, p // b
+        score = (b < min(32, p), rf + rp, -b)
+        if best is None or score < best[0]:
+            best = (score, a)
+    return None if best is None else best[1]
+
+
+def pw_variant(tile: Tile, dtype: str, precision: str) -> dict[str, int]:
+    """Math-path defines of kernels/pw.cu for `tile`: USE_TC and its warp grid, or the FMA mapping."""
+    p, tf, tc, threads = tile.th * tile.tw, tile.tf, tile.tc, tile.threads
+    use_tc = 2 if dtype == "fp16" else (1 if precision == "tf32" else 0)
+    if use_tc and tc % 8 == 0 and threads % 32 == 0:
+        g = _mma_grid(tf, p, threads // 32)
+        if g is not None:
+            return {"USE_TC": use_tc, "WARPS_M": g[0], "WARPS_N": g[1], "WM_T": g[2], "WN_T": g[3]}
+    a = _fma_map(tf, p, threads)
+    if a is None:
+        return {"USE_TC": 0, "FLAT": 1}
+    return {"USE_TC": 0, "A_THR": a}
+
+
+def _pw_shapes(op: Op, kind: str, x) -> tuple[int, int, int, int, int, int, tuple, tuple]:
+    """(N, C_in, H, W, Ho, Wo, x shape, out shape) of a pw/linear op applied to `x`."""
+    if kind == "linear":
+        n, s, c = linear_dims(x.shape)
+        out_shape = (*x.shape[:-1], op.c_out)
+        return n, c, s, 1, s, 1, tuple(x.shape), out_shape
+    if x.ndim != 4:
+        raise PlanError(f"pw input must be NCHW, got shape {tuple(x.shape)}")
+    n, c, h, w = x.shape
+    ho, wo = conv_out_hw(op, h, w)
+    if (ho, wo) != tuple(op.hw_out):
+        raise PlanError(f"op {op.name}: input {h}x{w} gives a {ho}x{wo} output, the op says {op.hw_out}")
+    return n, c, h, w, ho, wo, (n, op.c_in, h, w), (n, op.c_out, ho, wo)
+
+
+def prepare_pw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp32", precision: str = "fp32",
+               residual=None, out=None, kind: str = "pw") -> Launch:
+    """Prepare a 1x1 convolution (NCHW) or, with kind="linear", a linear layer over channel-last tokens."""
+    cp = _build.require_device()
+    check_precision(dtype, precision)
+    (op,) = ops
+    if kind == "pw" and (op.kind != "pw" or op.groups != 1 or tuple(op.kernel) != (1, 1) or any(op.pads)):
+        raise PlanError(f"op {op.name} is not an unpadded 1x1 convolution with groups=1")
+    if kind == "linear" and op.kind != "linear":
+        raise PlanError(f"op {op.name} is a {op.kind} op, not linear")
+    n, c_in, h, w, ho, wo, xshape, oshape = _pw_shapes(op, kind, x)
+    if c_in != op.c_in:
+        raise PlanError(f"x has {c_in} channels, op {op.name} expects {op.c_in}")
+    if kind == "linear" and ho != op.hw_out[0]:
+        raise PlanError(f"x has {ho} tokens per sequence, op {op.name} expects {op.hw_out[0]}")
+    x = check_array(cp, x, xshape, dtype, "x")
+    c_out = op.c_out
+    wt, b = params[0]
+    wt = weight_as(cp, wt, (c_out, c_in), dtype, f"{op.name} weight")
+    b = bias_as(cp, b, c_out, f"{op.name} bias")
+    out = output_array(cp, out, oshape, dtype)
+    if residual is not None:
+        residual = check_array(cp, residual, oshape, dtype, "residual")
+    th, tw, tf, tc, threads = tile.th, tile.tw, tile.tf, tile.tc, tile.threads
+    sh, sw = (1, 1) if kind == "linear" else op.stride
+    cl = kind == "linear"
+    e = dtype_bytes(dtype)
+    kpad = tiles.PW_KPAD_BYTES // e
+    stages = tiles.pw_stages(kind, tile, dtype)
+    xs_off = stages * tf * (tc + kpad) * e  # byte offset of the X stages (kernels/pw.cu)
+    xld = tc + kpad if cl else th * tw + tiles.PW_XPAD
+    wu = _vector_elems(wt.data.ptr, dtype, lambda u: c_in % u == 0 and tc % u == 0)
+    if cl:
+        xu = _vector_elems(x.data.ptr, dtype, lambda u: c_in % u == 0 and tc % u == 0 and xs_off % (u * e) == 0)
+    else:
+        xu = _vector_elems(
+            x.data.ptr, dtype,
+            lambda u: u == 1 or (sw == 1 and tw % u == 0 and w % u == 0 and xld % u == 0 and xs_off % (u * e) == 0),
+        )
+    defines = {
+        **dtype_defines(dtype),
+        **epilogue_defines(op, b is not None, residual is not None),
+        **pw_variant(tile, dtype, precision),
+        "TH": th, "TW": tw, "TF": tf, "TC": tc, "THREADS": threads, "SH": sh, "SW": sw, "CL": int(cl),
+        "XU": xu, "WU": wu, "STAGES": stages,
+    }
+    kernel = _build.compile_kernel("pw.cu", "pw_kernel", defines)
+    tiles_w = math.ceil(wo / tw)
+    grid = (math.ceil(ho / th) * tiles_w, math.ceil(c_out / tf), n)
+    nul = null_ptr(cp)
+    args = (x, wt, b if b is not None else nul, residual if residual is not None else nul, out,
+            *_i32(c_in, h, w, c_out, ho, wo, tiles_w))
+    smem = tiles.smem_bytes(kind, ops, tile, dtype)
+    return Launch(kernel, grid, threads, smem, args, out, defines, (x, wt, b, residual))
+
+
+def prepare_linear(ops, tile, x, params, **kw) -> Launch:
+    """Prepare a linear layer over channel-last tokens (x: (..., C_in))."""
+    return prepare_pw(ops, tile, x, params, kind="linear", **kw)
+
+
+def run_dw(ops, tile, x, params, *, dtype="fp32", precision="fp32", residual=None, out=None):
+    """Run a depthwise layer; returns the output array (NCHW)."""
+    return prepare_dw(ops, tile, x, params, dtype=dtype, precision=precision, residual=residual, out=out)()
+
+
+def run_pw(ops, tile, x, params, *, dtype="fp32", precision="fp32", residual=None, out=None):
+    """Run a 1x1 convolution layer; returns the output array (NCHW)."""
+    return prepare_pw(ops, tile, x, params, dtype=dtype, precision=precision, residual=residual, out=out)()
+
+
+def run_linear(ops, tile, x, params, *, dtype="fp32", precision="fp32", residual=None, out=None):
+    """Run a linear layer over channel-last tokens; returns (..., C_out)."""
+    return prepare_linear(ops, tile, x, params, dtype=dtype, precision=precision, residual=residual, out=out)()

@@ -1,0 +1,495 @@
+"""The planner: best tile for every candidate group and every layer, then the exact best set of groups.
+
+1. `graph.find_candidates` lists the legal fusion groups (and the rejected pattern matches).
+2. Every layer and every candidate group gets its best tile by the objective: all feasible tiles of
+   `tiles.candidates` are costed with `cost.estimate`; results are cached per signature (kernel kind,
+   member shapes and attributes), since models repeat the same blocks. Layers without a tile kernel
+   (dense convolutions, opaque nodes) are costed once with `cost.estimate_op`.
+3. Only groups that beat their members run layer by layer are kept; the set of non-overlapping groups
+   with the largest total saving is found exactly (weighted set packing over graph nodes): each
+   component of overlapping groups by exhaustive branch and bound when small, otherwise by a 0/1
+   integer program (`scipy.optimize.milp`, zero optimality gap).
+
+`plan` never mutates the graph; it returns a `fuseplanner.plans.Plan`.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+import networkx as nx
+import numpy as np
+
+from . import tiles as tiles_mod
+from .errors import PlanError
+from .graph import Candidate, epilogue_names, find_candidates
+from .ir import DTYPE_BYTES, GROUP_KINDS, INFEASIBLE, Cost, ModelGraph, Op, Tile
+
+OBJECTIVES = ("time", "gma", "dram")
+COST_MODELS = ("ours", "paper")
+PRECISIONS = ("fp32", "tf32")
+#: Op kinds costed with a tiled layer-by-layer kernel; the others go to `estimate_op`.
+TILED_KINDS = ("dw", "pw", "linear")
+
+
+def _cost_functions() -> tuple[Callable[..., Cost], Callable[..., Cost]]:
+    """The cost model's (estimate, estimate_op); imported lazily so the planner module loads fast."""
+    from .cost import estimate, estimate_op
+
+    return estimate, estimate_op
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The best kernel found for one layer or group: its tile (None for tile-less ops) and cost."""
+
+    tile: Tile | None
+    cost: Cost
+    reason: str = ""
+    searched: int = 0
+
+    @property
+    def feasible(self) -> bool:
+        return self.cost.feasible
+
+
+def _signature(op: Op) -> tuple:
+    """What a cost depends on, without the op's name or position."""
+    return (
+        op.kind,
+        op.op_type,
+        op.input_shapes,
+        op.output_shapes,
+        op.kernel,
+        op.stride,
+        op.pads,
+        op.dilation,
+        op.groups,
+        op.epilogue,
+        op.has_bias,
+        op.dtype,
+    )
+
+
+@dataclass
+class TileSearch:
+    """Best-tile search for one planning context (GPU, dtype, batch, objective, cost model), cached
+    per kernel signature."""
+
+    gpu: object
+    dtype: str
+    batch: int
+    objective: str
+    model: str = "ours"
+    precision: str = "fp32"
+    cache: dict = field(default_factory=dict)
+    evaluated: int = 0
+
+    def __post_init__(self) -> None:
+        self._estimate, self._estimate_op = _cost_functions()
+
+    def _rank(self, cost: Cost) -> tuple[float, float, float, float]:
+        return (cost.metric(self.objective), cost.time_s, cost.gma_bytes, cost.dram_bytes)
+
+    def best(self, kind: str, ops: Sequence[Op], residual: bool = False) -> Choice:
+        """The best feasible tile of kernel `kind` over `ops`, by the objective."""
+        key = search_key(kind, ops, residual)
+        hit = self.cache.get(key)
+        if hit is None:
+            hit = self._search(kind, tuple(ops), residual)
+            self.cache[key] = hit
+        return hit
+
+    def _candidates(self, kind: str, ops: tuple[Op, ...]) -> list[Tile]:
+        """`tiles.candidates`, shared by the residual and plain variants of a group."""
+        key = ("tiles", kind, tuple(_signature(op) for op in ops))
+        hit = self.cache.get(key)
+        if hit is None:
+            hit = self.cache[key] = tiles_mod.candidates(kind, ops, self.dtype, self.gpu)
+        return hit
+
+    def _search(self, kind: str, ops: tuple[Op, ...], residual: bool) -> Choice:
+        cands = self._candidates(kind, ops)
+        if not cands:
+            return Choice(None, INFEASIBLE, f"no feasible tile: {_why_none(kind, ops, self.dtype, self.gpu)}")
+        best: tuple | None = None
+        best_tile, best_cost, why = None, INFEASIBLE, ""
+        for t in cands:
+            c = self._estimate(
+                kind, ops, t, self.dtype, self.batch, self.gpu, model=self.model, residual=residual, precision=self.precision
+            )
+            self.evaluated += 1
+            if not c.feasible:
+                why = why or c.reason
+                continue
+            r = self._rank(c)
+            if best is None or r < best:
+                best, best_tile, best_cost = r, t, c
+        if best_tile is None:
+            return Choice(None, INFEASIBLE, f"no feasible tile: {why or 'every candidate was rejected'}", len(cands))
+        return Choice(best_tile, best_cost, "", len(cands))
+
+    def prefetch(self, jobs: Sequence[tuple[str, tuple[Op, ...], bool]], workers: int) -> None:
+        """Search every not yet cached (kind, ops, residual) job, on `workers` processes when > 1."""
+        todo: dict[tuple, tuple[str, tuple[Op, ...], bool]] = {}
+        for kind, ops, residual in jobs:
+            key = search_key(kind, ops, residual)
+            if key not in self.cache:
+                todo.setdefault(key, (kind, ops, residual))
+        if workers <= 1 or len(todo) < MIN_PARALLEL_SEARCHES:
+            for key, (kind, ops, residual) in todo.items():
+                self.cache[key] = self._search(kind, ops, residual)
+            return
+        families: dict[tuple, list] = {}
+        for key, job in todo.items():  # residual and plain variants share their candidate tiles
+            families.setdefault((key[0], key[2]), []).append((key, job))
+        fams = sorted(families.values(), key=lambda f: -sum(_weight(j) for _, j in f))
+        n = workers * 4
+        chunks = [[kv for f in fams[i::n] for kv in f] for i in range(n)]
+        ctx = _context(self)
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            for done in pool.map(_search_chunk, [(ctx, c) for c in chunks if c]):
+                self.cache.update(done)
+
+    def layer(self, op: Op) -> Choice:
+        """The best way to run one op on its own."""
+        if op.kind in TILED_KINDS:
+            ch = self.best(op.kind, (op,), "add" in op.epilogue)
+            if ch.feasible:
+                return ch
+        key = ("op", _signature(op))
+        hit = self.cache.get(key)
+        if hit is None:
+            hit = Choice(None, self._estimate_op(op, self.dtype, self.batch, self.gpu, precision=self.precision))
+            self.cache[key] = hit
+        return hit
+
+
+def search_key(kind: str, ops: Sequence[Op], residual: bool) -> tuple:
+    """Cache key of a tile search: the kernel kind, the residual flag and the member signatures."""
+    return (kind, residual, tuple(_signature(op) for op in ops))
+
+
+#: Fewer distinct searches than this run in-process (a process pool costs more than it saves).
+MIN_PARALLEL_SEARCHES = 24
+
+
+def _weight(job: tuple[str, tuple[Op, ...], bool]) -> int:
+    """A rough size of a search (candidate count grows with the output map and channel count)."""
+    last = job[1][-1]
+    ho, wo = last.hw_out
+    return ho * wo * len(job[1])
+
+
+def _context(search: TileSearch) -> tuple:
+    return (search.gpu, search.dtype, search.batch, search.objective, search.model, search.precision)
+
+
+def _search_chunk(payload: tuple) -> list[tuple[tuple, Choice]]:
+    """Worker: search a chunk of jobs in a fresh TileSearch with the parent's context."""
+    ctx, items = payload
+    search = TileSearch(*ctx)
+    return [(key, search._search(kind, ops, residual)) for key, (kind, ops, residual) in items]
+
+
+def default_workers() -> int:
+    """Processes for the tile search: the CPUs this process may use, at most 8; 1 where fork is missing."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:
+        n = os.cpu_count() or 1
+    return max(1, min(8, n))
+
+
+def _why_none(kind: str, ops: Sequence[Op], dtype: str, gpu) -> str:
+    """The feasibility reason for the smallest tile of this kernel (why even it does not fit)."""
+    cout = ops[-1].c_out
+    tf = min(8, cout)
+    t = Tile(1, 1, tf, tf if kind == "dw" else 8, 64)
+    return tiles_mod.check(kind, ops, t, dtype, gpu) or "no tile in the candidate set passes tiles.check"
+
+
+# ---- the exact choice ---------------------------------------------------------------------------
+
+
+#: Overlap components with at most this many groups are solved by exhaustive branch and bound (no
+#: solver start-up); larger ones by the MILP.
+MAX_ENUMERATED = 16
+
+
+def overlap_components(covers: Sequence[Sequence[str]]) -> list[list[int]]:
+    """Groups that share nodes, directly or through other groups; independent components can be
+    chosen separately without losing optimality."""
+    g = nx.Graph()
+    g.add_nodes_from(("g", j) for j in range(len(covers)))
+    g.add_edges_from((("g", j), ("n", v)) for j, c in enumerate(covers) for v in c)
+    comps = [sorted(j for kind, j in comp if kind == "g") for comp in nx.connected_components(g)]
+    return sorted((c for c in comps if c), key=lambda c: c[0])
+
+
+def choose_exact(covers: Sequence[Sequence[str]], savings: Sequence[float], method: str = "auto") -> list[int]:
+    """Indices of the non-overlapping groups with the largest total saving, exactly.
+
+    `covers[i]` are the graph nodes group i replaces and `savings[i] > 0` what it saves. Every node
+    may be covered at most once (uncovered nodes run layer by layer): weighted set packing. Each
+    component of overlapping groups is solved on its own, by exhaustive branch and bound when small
+    ("enumerate") or as a 0/1 program with HiGHS through `scipy.optimize.milp` at zero optimality gap
+    ("milp"); "auto" picks by size.
+    """
+    if method not in ("auto", "enumerate", "milp"):
+        raise PlanError(f"unknown selection method {method!r}: use auto, enumerate or milp")
+    out: list[int] = []
+    for comp in overlap_components(covers):
+        if method == "milp" or (method == "auto" and len(comp) > MAX_ENUMERATED):
+            out += _milp(covers, savings, comp)
+        else:
+            out += _enumerate(covers, savings, comp)
+    return sorted(out)
+
+
+def _enumerate(covers: Sequence[Sequence[str]], savings: Sequence[float], comp: list[int]) -> list[int]:
+    """Exhaustive branch and bound: take or skip each group, best first, pruned by the savings left."""
+    order = sorted(comp, key=lambda j: -savings[j])
+    sets = [frozenset(covers[j]) for j in order]
+    vals = [float(savings[j]) for j in order]
+    left = np.cumsum(vals[::-1])[::-1].tolist() + [0.0]
+    best_val, best_pick = 0.0, []
+
+    def walk(k: int, used: frozenset, total: float, picked: list[int]) -> None:
+        nonlocal best_val, best_pick
+        if total > best_val:
+            best_val, best_pick = total, list(picked)
+        if k == len(order) or total + left[k] <= best_val:
+            return
+        if not (used & sets[k]):
+            picked.append(order[k])
+            walk(k + 1, used | sets[k], total + vals[k], picked)
+            picked.pop()
+        walk(k + 1, used, total, picked)
+
+    walk(0, frozenset(), 0.0, [])
+    return best_pick
+
+
+def _milp(covers: Sequence[Sequence[str]], savings: Sequence[float], comp: list[int]) -> list[int]:
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import coo_array
+
+    nodes = {v: i for i, v in enumerate(dict.fromkeys(v for j in comp for v in covers[j]))}
+    rows = [nodes[v] for j in comp for v in covers[j]]
+    cols = [k for k, j in enumerate(comp) for _ in covers[j]]
+    a = coo_array((np.ones(len(rows)), (rows, cols)), shape=(len(nodes), len(comp))).tocsr()
+    s = np.asarray([savings[j] for j in comp], dtype=float)
+    scale = float(s.max()) if s.size and s.max() > 0 else 1.0
+    res = milp(
+        c=-s / scale,
+        constraints=LinearConstraint(a, -np.inf, 1.0),
+        integrality=np.ones(len(comp)),
+        bounds=Bounds(0, 1),
+        options={"mip_rel_gap": 0.0},
+    )
+    if res.x is None:
+        raise PlanError(f"the group-selection program failed ({res.message}); report this with the model")
+    return [j for k, j in enumerate(comp) if res.x[k] > 0.5]
+
+
+def choose_greedy(covers: Sequence[Sequence[str]], savings: Sequence[float]) -> list[int]:
+    """The published approach, for comparison: take groups by descending saving while they do not
+    overlap. Not optimal (see tests/test_planner.py for a case where it loses)."""
+    taken: set[str] = set()
+    out: list[int] = []
+    for j in sorted(range(len(covers)), key=lambda j: -savings[j]):
+        if savings[j] > 0 and not taken.intersection(covers[j]):
+            out.append(j)
+            taken.update(covers[j])
+    return sorted(out)
+
+
+# ---- plan -----------------------------------------------------------------------------------------
+
+
+def _check_options(dtype: str, batch: int | None, objective: str, kinds: Iterable[str] | None, model: str, precision: str) -> tuple[str, ...]:
+    if dtype not in DTYPE_BYTES:
+        raise PlanError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPE_BYTES)}")
+    if objective not in OBJECTIVES:
+        raise PlanError(f"unknown objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
+    if model not in COST_MODELS:
+        raise PlanError(f"unknown cost model {model!r}: use one of {', '.join(COST_MODELS)}")
+    if precision not in PRECISIONS:
+        raise PlanError(f"unknown precision {precision!r}: use one of {', '.join(PRECISIONS)}")
+    if precision == "tf32" and dtype != "fp32":
+        raise PlanError("precision tf32 applies to fp32 storage only: drop --precision or use --dtype fp32")
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+        raise PlanError(f"batch must be a positive integer, got {batch!r}")
+    allowed = tuple(GROUP_KINDS if kinds is None else dict.fromkeys(kinds))
+    bad = [k for k in allowed if k not in GROUP_KINDS]
+    if bad:
+        raise PlanError(f"unknown fusion kind {bad[0]!r}: use any of {', '.join(GROUP_KINDS)}")
+    return allowed
+
+
+def model_batch(graph: ModelGraph) -> int:
+    """The batch the model was loaded with: the leading dimension of its first conv/linear input."""
+    for op in graph.ops():
+        if op.kind in ("dw", "pw", "conv") or (op.kind == "linear" and len(op.in_shape) >= 3):
+            return max(1, op.batch)
+    for t in graph.inputs:
+        if t.shape:
+            return max(1, int(t.shape[0]))
+    return 1
+
+
+def _resolve_gpu(gpu):
+    if isinstance(gpu, str):
+        from .specs import gpu as load_gpu
+
+        return load_gpu(gpu)
+    if gpu is None or not hasattr(gpu, "name"):
+        raise PlanError(f"gpu must be a GpuSpec or a GPU name, got {gpu!r}: see `fuseplanner gpus`")
+    return gpu
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """A candidate group with its best fused kernel and its members' layer-by-layer cost."""
+
+    cand: Candidate
+    fused: Choice
+    unfused: Cost
+
+
+def plan(
+    graph: ModelGraph,
+    gpu,
+    dtype: str = "fp32",
+    batch: int | None = None,
+    objective: str = "time",
+    kinds: Iterable[str] | None = None,
+    model: str = "ours",
+    precision: str = "fp32",
+    workers: int | None = None,
+):
+    """Plan which DW/PW layers of `graph` to fuse on `gpu`, with which tiles.
+
+    gpu: a `GpuSpec` or a name/path for `fuseplanner.gpu`; dtype: storage dtype "fp32"/"fp16";
+    batch: images (or sequences) per run, default the model's; objective: what to minimise over the
+    whole model ("time", "gma" bytes at L2 level or "dram" bytes); kinds: fused kinds allowed (default
+    all of pw_dw, dw_pw, pw_pw, pw_dw_pw); model: cost model "ours" or "paper"; precision: "tf32"
+    lets fp32 pointwise parts use TF32 tensor cores; workers: processes for the tile search (default:
+    the usable CPUs when the model has many distinct kernels; 1 searches in this process, e.g. in a
+    threaded server where forking is unwelcome). Returns a `Plan`.
+    """
+    from .plans import CostModel, GroupPlan, LayerPlan, Plan, RejectedPlan, Totals
+
+    allowed = _check_options(dtype, batch, objective, kinds, model, precision)
+    spec = _resolve_gpu(gpu)
+    b = model_batch(graph) if batch is None else batch
+    ops = {op.name: op.with_batch(b) for op in graph.ops()}
+    search = TileSearch(spec, dtype, b, objective, model, precision)
+    found = find_candidates(graph, allowed)
+    jobs = [(op.kind, (op,), "add" in op.epilogue) for op in ops.values() if op.kind in TILED_KINDS]
+    jobs += [_group_job(c, ops) for c in found.groups]
+    search.prefetch(jobs, default_workers() if workers is None else workers)
+    layer = {name: search.layer(op) for name, op in ops.items()}
+
+    rejected = [RejectedPlan(kind=r.kind, nodes=list(r.members), absorbed=list(r.absorbed), stage="graph", reason=r.reason) for r in found.rejected]
+    helpful: list[Evaluated] = []
+    for cand in found.groups:
+        ev = _evaluate(cand, ops, layer, search)
+        why, stage = _why_not_helpful(ev, objective)
+        if why:
+            rejected.append(_rejected(cand, stage, why))
+        else:
+            helpful.append(ev)
+
+    covers = [ev.cand.nodes for ev in helpful]
+    savings = [ev.unfused.metric(objective) - ev.fused.cost.metric(objective) for ev in helpful]
+    chosen = set(choose_exact(covers, savings))
+    groups: list[GroupPlan] = []
+    covered: dict[str, str] = {}
+    for j, ev in enumerate(helpful):
+        if j in chosen:
+            groups.append(_group_plan(graph, ev, GroupPlan, CostModel))
+            covered.update({n: "+".join(ev.cand.members) for n in ev.cand.nodes})
+    for j, ev in enumerate(helpful):
+        if j not in chosen:
+            by = sorted({covered[n] for n in ev.cand.nodes if n in covered})
+            rejected.append(_rejected(ev.cand, "overlap", f"overlaps chosen group {', '.join(by)}: the chosen set saves more"))
+
+    layers = [
+        LayerPlan(node=n, kind=ops[n].kind, op_type=ops[n].op_type, tile=layer[n].tile, cost=CostModel.from_cost(layer[n].cost))
+        for n in graph.order
+        if n not in covered
+    ]
+    unfused_total = sum((layer[n].cost for n in graph.order), Cost())
+    planned_total = sum((g.fused_cost for g in groups), Cost()) + sum((lay.ir_cost for lay in layers), Cost())
+    groups.sort(key=lambda g: graph.order.index(g.nodes[0]))
+    return Plan(
+        model=graph.name,
+        gpu=spec.name,
+        dtype=dtype,
+        batch=b,
+        objective=objective,
+        cost_model=model,
+        precision=precision,
+        kinds=list(allowed),
+        groups=groups,
+        layers=layers,
+        totals=Totals(unfused=CostModel.from_cost(unfused_total), planned=CostModel.from_cost(planned_total)),
+        rejected=rejected,
+    )
+
+
+def _group_job(cand: Candidate, ops: dict[str, Op]) -> tuple[str, tuple[Op, ...], bool]:
+    members = tuple(ops[m] for m in cand.members)
+    return cand.kind, members, cand.residual or "add" in members[-1].epilogue
+
+
+def _evaluate(cand: Candidate, ops: dict[str, Op], layer: dict[str, Choice], search: TileSearch) -> Evaluated:
+    fused = search.best(*_group_job(cand, ops))
+    unfused = sum((layer[n].cost for n in cand.nodes), Cost())
+    return Evaluated(cand, fused, unfused)
+
+
+def _why_not_helpful(ev: Evaluated, objective: str) -> tuple[str, str]:
+    if not ev.fused.feasible:
+        return ev.fused.reason or "no feasible tile", "tile"
+    if not ev.unfused.feasible:
+        return "a member has no feasible layer-by-layer kernel to compare with", "tile"
+    f, u = ev.fused.cost.metric(objective), ev.unfused.metric(objective)
+    if f >= u:
+        return f"fused {_fmt(f, objective)} is not below unfused {_fmt(u, objective)}", "gain"
+    return "", ""
+
+
+def _fmt(v: float, objective: str) -> str:
+    if objective == "time":
+        return f"{v * 1e6:.2f} us"
+    return f"{v / 1e6:.3f} MB"
+
+
+def _rejected(cand: Candidate, stage: str, reason: str):
+    from .plans import RejectedPlan
+
+    return RejectedPlan(kind=cand.kind, nodes=list(cand.members), absorbed=list(cand.absorbed), stage=stage, reason=reason)
+
+
+def _group_plan(graph: ModelGraph, ev: Evaluated, group_cls, cost_cls):
+    c = ev.cand
+    return group_cls(
+        kind=c.kind,
+        nodes=list(c.members),
+        epilogue=list(epilogue_names(graph, c)),
+        absorbed=list(c.absorbed),
+        residual=c.residual,
+        residual_input=c.residual_tensor,
+        tile=ev.fused.tile,
+        fused=cost_cls.from_cost(ev.fused.cost),
+        unfused=cost_cls.from_cost(ev.unfused),
+    )

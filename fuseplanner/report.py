@@ -1,0 +1,559 @@
+"""Accuracy statistics and plots from validation results (predicted versus measured).
+
+Input is the ``results.json`` document that `fuseplanner.validate` writes (schema below); output is a
+summary dict, ``report.md`` and PNG plots. Everything here is CPU-only and pure apart from file writes,
+so a report can be regenerated anywhere with `report_from_results`.
+
+Results document (``schema: fuseplanner.validation/1``)::
+
+    meta:    model, gpu, device_name, dtype, batch, precision, tiles, traffic_source ("ncu" or
+             "counter-free"), traffic_note, timing {warmup, repeat, statistic}, peaks {dram_Bps,
+             l2_Bps, flops}, models (prediction keys present, e.g. ["ours", "paper"]), command
+    groups:  {group id: {kind, nodes, planner_fused, planned_tile}}
+    records: one per measured kernel sequence:
+             id, role ("layer" | "group" | "tile" | "unfused"), group, kind, nodes, tiles, planned,
+             launches, flops,
+             predicted {model: {gma_bytes, dram_bytes, time_s, ...}},
+             measured {time_cold_s, time_warm_s, gma_bytes, dram_bytes, dram_warm_bytes, ncu_time_s,
+                       traffic ("ncu" | "counter-free"), eff_dram_Bps},
+             check {rel_err, tol, ok}, error
+
+Definitions: APE = |predicted - measured| / measured x 100; time is compared with the cold-L2 median
+(the cost model predicts a cold L2). A fuse decision agrees when the planner fused a group and the best
+measured fused time beats the measured unfused pair (or it did not fuse and the pair was faster). A
+tile choice agrees when the planned tile's measured time is within `TILE_SLACK` of the best swept tile.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SCHEMA = "fuseplanner.validation/1"
+#: Measured key compared with each predicted metric.
+MEASURED_KEY = {"gma": "gma_bytes", "dram": "dram_bytes", "time": "time_cold_s"}
+PREDICTED_KEY = {"gma": "gma_bytes", "dram": "dram_bytes", "time": "time_s"}
+#: Issue targets: metric -> (median APE limit, 90th percentile limit or None), in percent.
+TARGETS = {"gma": (10.0, 25.0), "dram": (20.0, None), "time": (25.0, None)}
+DECISION_TARGET = 90.0
+#: A planned tile counts as the right choice when within this factor of the measured best.
+TILE_SLACK = 1.05
+MODEL_LABELS = {"ours": "ours", "ours_uncalibrated": "ours (uncalibrated spec)", "paper": "paper model"}
+PLOTS = ("traffic.png", "time.png", "roofline.png", "layers.png")
+
+
+# ---- statistics -------------------------------------------------------------------------------------
+
+
+def ape(predicted: float | None, measured: float | None) -> float | None:
+    """Absolute percentage error of a prediction; None when either side is missing or measured <= 0."""
+    if predicted is None or measured is None or not math.isfinite(predicted) or not measured > 0:
+        return None
+    return abs(predicted - measured) / measured * 100.0
+
+
+def error_summary(errors: Iterable[float | None]) -> dict[str, float | int | None]:
+    """n, median and 90th percentile (linear interpolation) of absolute percentage errors."""
+    vals = np.array([e for e in errors if e is not None and math.isfinite(e)], dtype=float)
+    if vals.size == 0:
+        return {"n": 0, "median": None, "p90": None}
+    return {"n": int(vals.size), "median": float(np.median(vals)), "p90": float(np.percentile(vals, 90))}
+
+
+def _ok(rec: Mapping) -> bool:
+    return not rec.get("error") and bool(rec.get("measured"))
+
+
+def pairs(records: Sequence[Mapping], model: str, metric: str) -> list[tuple[float, float]]:
+    """(predicted, measured) for every measured record that has both numbers."""
+    out = []
+    for r in records:
+        if not _ok(r):
+            continue
+        p = (r.get("predicted", {}).get(model) or {}).get(PREDICTED_KEY[metric])
+        m = r["measured"].get(MEASURED_KEY[metric])
+        if p is not None and m is not None and p > 0 and m > 0:
+            out.append((float(p), float(m)))
+    return out
+
+
+def model_errors(records: Sequence[Mapping], model: str, metric: str) -> dict[str, float | int | None]:
+    """Error summary of one model on one metric ("gma", "dram", "time") over all records."""
+    return error_summary(ape(p, m) for p, m in pairs(records, model, metric))
+
+
+def errors_by_kind(records: Sequence[Mapping], model: str, metric: str) -> dict[str, dict]:
+    """Error summary per kernel kind (where a model is wrong, by kind)."""
+    kinds = sorted({r["kind"] for r in records})
+    return {k: model_errors([r for r in records if r["kind"] == k], model, metric) for k in kinds}
+
+
+def _spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
+    from scipy.stats import spearmanr
+
+    if len(x) < 3 or len(set(x)) < 2 or len(set(y)) < 2:
+        return None
+    rho = spearmanr(x, y).statistic
+    return None if rho is None or not math.isfinite(rho) else float(rho)
+
+
+def _fused_records(records: Sequence[Mapping], group: str) -> list[Mapping]:
+    return [r for r in records if r.get("group") == group and r["role"] in ("group", "tile") and _ok(r)]
+
+
+def rank_correlation(records: Sequence[Mapping]) -> dict[str, Any]:
+    """Spearman rho of predicted vs measured time across each group's swept tiles (>= 3 tiles).
+
+    Ours ranks by predicted time; the paper model predicts no time, so it ranks by its GMA (how it
+    chooses tiles).
+    """
+    groups = sorted({r["group"] for r in records if r.get("group")})
+    per: dict[str, dict[str, float | int | None]] = {}
+    for g in groups:
+        recs = [r for r in _fused_records(records, g) if r["measured"].get("time_cold_s")]
+        if len(recs) < 3:
+            continue
+        meas = [r["measured"]["time_cold_s"] for r in recs]
+        entry: dict[str, float | int | None] = {"tiles": len(recs)}
+        for model, key in (("ours", "time_s"), ("paper", "gma_bytes")):
+            pred = [(r["predicted"].get(model) or {}).get(key) for r in recs]
+            ok = [(p, m) for p, m in zip(pred, meas, strict=True) if p is not None]
+            entry[model] = _spearman([p for p, _ in ok], [m for _, m in ok]) if len(ok) == len(recs) else None
+        per[g] = entry
+
+    def med(model: str) -> float | None:
+        vals = [v[model] for v in per.values() if v.get(model) is not None]
+        return float(np.median(vals)) if vals else None
+
+    return {"groups": per, "median_ours": med("ours"), "median_paper": med("paper")}
+
+
+def decisions(results: Mapping) -> dict[str, Any]:
+    """Planner decisions (fuse or not, tile) against the measured best, per group and overall."""
+    records = results["records"]
+    per: dict[str, dict[str, Any]] = {}
+    for g, info in results.get("groups", {}).items():
+        fused = _fused_records(records, g)
+        unfused = [r for r in records if r.get("group") == g and r["role"] == "unfused" and _ok(r)]
+        if not fused or not unfused:
+            continue
+        t_fused = min(r["measured"]["time_cold_s"] for r in fused)
+        t_unfused = unfused[0]["measured"]["time_cold_s"]
+        entry: dict[str, Any] = {
+            "planner_fused": bool(info.get("planner_fused", True)),
+            "best_fused_s": t_fused,
+            "unfused_s": t_unfused,
+            "fusion_wins": t_fused < t_unfused,
+        }
+        entry["fuse_agrees"] = entry["planner_fused"] == entry["fusion_wins"]
+        planned = [r for r in fused if r.get("planned")]
+        if len(fused) >= 2 and planned:
+            t_planned = planned[0]["measured"]["time_cold_s"]
+            entry["planned_tile_s"] = t_planned
+            entry["tile_is_best"] = t_planned <= t_fused
+            entry["tile_agrees"] = t_planned <= TILE_SLACK * t_fused
+        per[g] = entry
+
+    def rate(key: str) -> dict[str, float | int | None]:
+        vals = [e[key] for e in per.values() if key in e]
+        return {"n": len(vals), "percent": 100.0 * sum(vals) / len(vals) if vals else None}
+
+    return {"groups": per, "fuse": rate("fuse_agrees"), "tile": rate("tile_agrees"),
+            "tile_exact": rate("tile_is_best")}
+
+
+def models_of(results: Mapping) -> list[str]:
+    """Prediction models present in the results, ours first."""
+    found: set[str] = set(results.get("meta", {}).get("models", ()))
+    for r in results["records"]:
+        found.update(r.get("predicted", {}))
+    order = {"ours": 0, "ours_uncalibrated": 1, "paper": 2}
+    return sorted(found, key=lambda m: (order.get(m, 9), m))
+
+
+def summarize(results: Mapping) -> dict[str, Any]:
+    """All statistics of a results document: errors per model and metric, ranks, decisions, targets."""
+    records = results["records"]
+    models = models_of(results)
+    errors = {m: {metric: model_errors(records, m, metric) for metric in TARGETS} for m in models}
+    checks = [r["check"] for r in records if r.get("check")]
+    summary = {
+        "records": len(records),
+        "failed": sum(1 for r in records if r.get("error")),
+        "correct": sum(1 for c in checks if c.get("ok")),
+        "checked": len(checks),
+        "models": models,
+        "errors": errors,
+        "errors_by_kind": {m: {metric: errors_by_kind(records, m, metric) for metric in TARGETS} for m in models},
+        "rank": rank_correlation(records),
+        "decisions": decisions(results),
+    }
+    summary["targets"] = targets(summary)
+    return summary
+
+
+def targets(summary: Mapping) -> list[dict[str, Any]]:
+    """The issue's accuracy targets for our model, each with the achieved value and the shortfall."""
+    out = []
+    ours = summary["errors"].get("ours", {})
+    for metric, (med_lim, p90_lim) in TARGETS.items():
+        e = ours.get(metric, {})
+        for stat, limit in (("median", med_lim), ("p90", p90_lim)):
+            if limit is None:
+                continue
+            v = e.get(stat)
+            out.append({"what": f"{metric.upper()} {stat} APE", "limit": limit, "value": v,
+                        "met": None if v is None else v <= limit,
+                        "miss_by": None if v is None or v <= limit else v - limit, "unit": "%"})
+    d = summary["decisions"]["fuse"]["percent"]
+    out.append({"what": "fuse decisions agree", "limit": DECISION_TARGET, "value": d,
+                "met": None if d is None else d >= DECISION_TARGET,
+                "miss_by": None if d is None or d >= DECISION_TARGET else DECISION_TARGET - d, "unit": "%"})
+    return out
+
+
+# ---- plots ------------------------------------------------------------------------------------------
+
+
+def _figure(width: float = 6.0, height: float = 5.0, ncols: int = 1):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width * ncols, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
+    return fig, axes
+
+
+_STYLE = {"ours": ("o", "tab:blue"), "ours_uncalibrated": ("s", "tab:green"), "paper": ("x", "tab:red")}
+
+
+def _identity(ax, lo: float, hi: float, band: float = 0.10) -> None:
+    xs = np.geomspace(lo, hi, 50)
+    ax.plot(xs, xs, "k-", lw=1, label="y = x")
+    ax.fill_between(xs, xs * (1 - band), xs * (1 + band), color="0.85", label=f"±{band:.0%}")
+    _log_axes(ax)
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+
+
+def _log_axes(ax) -> None:
+    from matplotlib.ticker import NullFormatter
+
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_minor_formatter(NullFormatter())
+
+
+def _scatter_panel(ax, records: Sequence[Mapping], models: Sequence[str], metric: str, scale: float,
+                   unit: str, title: str) -> None:
+    data = {m: pairs(records, m, metric) for m in models}
+    vals = [v * scale for pts in data.values() for pair in pts for v in pair]
+    if not vals:
+        ax.text(0.5, 0.5, f"no measured {metric.upper()}\n(counter-free run: no traffic counters)",
+                ha="center", va="center", transform=ax.transAxes)
+        ax.set_title(title)
+        ax.set_axis_off()
+        return
+    lo, hi = min(vals) / 1.5, max(vals) * 1.5
+    _identity(ax, lo, hi)
+    for m, pts in data.items():
+        if not pts:
+            continue
+        marker, color = _STYLE.get(m, ("^", "tab:gray"))
+        ax.scatter([p[1] * scale for p in pts], [p[0] * scale for p in pts], marker=marker, color=color,
+                   s=22, label=f"{MODEL_LABELS.get(m, m)} (n={len(pts)})")
+    ax.set_xlabel(f"measured ({unit})")
+    ax.set_ylabel(f"predicted ({unit})")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+
+
+def plot_traffic(results: Mapping, path: Path) -> Path:
+    """Predicted vs measured GMA (L2) and DRAM bytes, log-log with y = x and a ±10% band."""
+    fig, (ax1, ax2) = _figure(ncols=2)
+    models = [m for m in models_of(results) if m != "ours_uncalibrated"]
+    _scatter_panel(ax1, results["records"], models, "gma", 1e-6, "MB", "GMA: SM <-> L2 traffic")
+    _scatter_panel(ax2, results["records"], models, "dram", 1e-6, "MB", "DRAM traffic (cold L2)")
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def plot_time(results: Mapping, path: Path) -> Path:
+    """Predicted vs measured kernel time (cold L2 medians), log-log with y = x and a ±10% band."""
+    fig, (ax,) = _figure()
+    models = models_of(results)
+    _scatter_panel(ax, results["records"], models, "time", 1e6, "µs", "Kernel time (cold L2, median)")
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def _traffic_bytes(rec: Mapping) -> tuple[float | None, str]:
+    m = rec["measured"].get("dram_bytes")
+    if m:
+        return m, "measured"
+    p = (rec.get("predicted", {}).get("ours") or {}).get("dram_bytes")
+    return p, "modelled"
+
+
+def plot_roofline(results: Mapping, path: Path) -> Path:
+    """Every kernel on a DRAM roofline: FLOPs per DRAM byte vs achieved FLOP/s (cold-L2 time)."""
+    fig, (ax,) = _figure(7.0, 5.0)
+    peaks = results.get("meta", {}).get("peaks", {})
+    pts: dict[str, list[tuple[float, float]]] = {}
+    source = set()
+    for r in results["records"]:
+        if not _ok(r) or not r.get("flops") or not r["measured"].get("time_cold_s"):
+            continue
+        b, src = _traffic_bytes(r)
+        if not b:
+            continue
+        source.add(src)
+        pts.setdefault(r["role"], []).append((r["flops"] / b, r["flops"] / r["measured"]["time_cold_s"]))
+    allx = [p[0] for v in pts.values() for p in v] or [0.1, 100.0]
+    lo, hi = min(allx) / 3, max(allx) * 3
+    xs = np.geomspace(lo, hi, 100)
+    flops = peaks.get("flops")
+    for key, style, label in (("dram_Bps", "k-", "DRAM"), ("l2_Bps", "k--", "L2")):
+        bw = peaks.get(key)
+        if bw:
+            ys = xs * bw if not flops else np.minimum(xs * bw, flops)
+            ax.plot(xs, ys, style, lw=1, label=f"{label} {bw / 1e12:.2f} TB/s roof")
+    colors = {"layer": "tab:gray", "group": "tab:blue", "tile": "tab:cyan", "unfused": "tab:orange"}
+    for role, p in pts.items():
+        ax.scatter([x for x, _ in p], [y for _, y in p], s=20, color=colors.get(role, "tab:purple"),
+                   label=f"{role} (n={len(p)})")
+    _log_axes(ax)
+    ax.set_xlabel(f"operational intensity (FLOP per DRAM byte, {'/'.join(sorted(source)) or 'n/a'})")
+    ax.set_ylabel("achieved FLOP/s (cold-L2 median time)")
+    ax.set_title("Roofline" + (f" (compute peak {flops / 1e12:.0f} TFLOP/s)" if flops else ""))
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def layer_rows(results: Mapping) -> list[dict[str, Any]]:
+    """Per planned layer or fused group, in model order: label, unfused time and fused time (cold, s).
+
+    Candidates the planner did not fuse are left out (the decision table covers them).
+    """
+    rows = []
+    by_group: dict[str, dict[str, Any]] = {}
+    rejected = {g for g, info in results.get("groups", {}).items() if not info.get("planner_fused", True)}
+    for r in results["records"]:
+        if not _ok(r) or r.get("group") in rejected:
+            continue
+        t = r["measured"].get("time_cold_s")
+        if r["role"] == "layer":
+            rows.append({"label": r["nodes"][0] if len(r["nodes"]) == 1 else r["id"], "kind": r["kind"],
+                         "unfused_s": t, "fused_s": None})
+        elif r["role"] in ("group", "unfused"):
+            g = by_group.get(r["group"])
+            if g is None:
+                g = by_group[r["group"]] = {"label": f"{r['group']} {r['kind'] if r['role'] == 'group' else ''}",
+                                            "kind": r["kind"], "unfused_s": None, "fused_s": None}
+                rows.append(g)
+            if r["role"] == "group":
+                g["fused_s"], g["kind"] = t, r["kind"]
+                g["label"] = f"{r['group']} {r['kind']}"
+            else:
+                g["unfused_s"] = t
+    return rows
+
+
+def plot_layers(results: Mapping, path: Path) -> Path:
+    """Per-layer bars of measured (cold) time: unfused (layer by layer) beside fused (planned)."""
+    rows = layer_rows(results)
+    fig, (ax,) = _figure(max(6.0, 0.32 * len(rows) + 2), 4.5)
+    x = np.arange(len(rows))
+    un = [(r["unfused_s"] or 0) * 1e6 for r in rows]
+    fu = [(r["fused_s"] or 0) * 1e6 for r in rows]
+    ax.bar(x - 0.2, un, 0.4, label="unfused (layer by layer)", color="tab:orange")
+    ax.bar(x + 0.2, fu, 0.4, label="fused (planned tile)", color="tab:blue")
+    ax.set_xticks(x, [r["label"] for r in rows], rotation=90, fontsize=7)
+    ax.set_ylabel("measured time, cold L2 (µs)")
+    ax.set_title("Unfused vs fused measured time per layer / group")
+    ax.legend(fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def write_plots(results: Mapping, out_dir: Path) -> list[Path]:
+    """Write every plot into `out_dir`; returns the paths (see `PLOTS`)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return [
+        plot_traffic(results, out_dir / "traffic.png"),
+        plot_time(results, out_dir / "time.png"),
+        plot_roofline(results, out_dir / "roofline.png"),
+        plot_layers(results, out_dir / "layers.png"),
+    ]
+
+
+# ---- markdown ---------------------------------------------------------------------------------------
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.1f}%"
+
+
+def _num(v: float | None, scale: float = 1.0, fmt: str = ".2f") -> str:
+    return "-" if v is None else format(v * scale, fmt)
+
+
+def _stats_table(summary: Mapping) -> list[str]:
+    models = summary["models"]
+    head = "| metric | " + " | ".join(f"{MODEL_LABELS.get(m, m)} median / p90 (n)" for m in models) + " |"
+    lines = [head, "|---|" + "---|" * len(models)]
+    for metric in TARGETS:
+        cells = []
+        for m in models:
+            e = summary["errors"][m][metric]
+            cells.append("n/a" if not e["n"] else f"{_pct(e['median'])} / {_pct(e['p90'])} ({e['n']})")
+        lines.append(f"| {metric.upper()} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _kind_table(summary: Mapping) -> list[str]:
+    by = summary["errors_by_kind"].get("ours", {})
+    kinds = sorted({k for metric in by.values() for k in metric})
+    lines = ["| kind | GMA median | DRAM median | time median | n (time) |", "|---|---|---|---|---|"]
+    for k in kinds:
+        g, d, t = (by[metric].get(k, {"median": None, "n": 0}) for metric in ("gma", "dram", "time"))
+        lines.append(f"| {k} | {_pct(g['median'])} | {_pct(d['median'])} | {_pct(t['median'])} | {t['n']} |")
+    return lines
+
+
+def _target_lines(summary: Mapping) -> list[str]:
+    lines = ["| target | limit | achieved | met |", "|---|---|---|---|"]
+    for t in summary["targets"]:
+        op = ">=" if "decisions" in t["what"] else "<="
+        met = "n/a" if t["met"] is None else ("yes" if t["met"] else f"no (by {t['miss_by']:.1f} points)")
+        lines.append(f"| {t['what']} | {op} {t['limit']:.0f}% | {_pct(t['value'])} | {met} |")
+    return lines
+
+
+def _record_lines(records: Sequence[Mapping]) -> list[str]:
+    lines = ["| id | role | kind | nodes | tile(s) | pred. time ours (µs) | meas. cold / warm (µs) | "
+             "pred. GMA ours / paper (MB) | meas. GMA (MB) | pred. DRAM (MB) | meas. DRAM (MB) | rel. err | note |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        p = r.get("predicted", {})
+        ours, paper = p.get("ours") or {}, p.get("paper") or {}
+        m = r.get("measured") or {}
+        tiles = ", ".join(_tile_str(t) for t in r.get("tiles", []))
+        chk = r.get("check") or {}
+        note = r.get("error") or ("" if chk.get("ok", True) else "WRONG RESULT")
+        lines.append(
+            f"| {r['id']} | {r['role']}{' *' if r.get('planned') else ''} | {r['kind']} | {' '.join(r['nodes'])} | "
+            f"{tiles} | {_num(ours.get('time_s'), 1e6)} | "
+            f"{_num(m.get('time_cold_s'), 1e6)} / {_num(m.get('time_warm_s'), 1e6)} | "
+            f"{_num(ours.get('gma_bytes'), 1e-6, '.3f')} / {_num(paper.get('gma_bytes'), 1e-6, '.3f')} | "
+            f"{_num(m.get('gma_bytes'), 1e-6, '.3f')} | {_num(ours.get('dram_bytes'), 1e-6, '.3f')} | "
+            f"{_num(m.get('dram_bytes'), 1e-6, '.3f')} | {_num(chk.get('rel_err'), 1, '.1e')} | {note} |"
+        )
+    return lines
+
+
+def _tile_str(t: Mapping | None) -> str:
+    if not t:
+        return "-"
+    return f"{t.get('th')}x{t.get('tw')}/f{t.get('tf')}/c{t.get('tc')}/t{t.get('threads')}"
+
+
+def _decision_lines(summary: Mapping) -> list[str]:
+    d = summary["decisions"]
+    lines = [
+        f"- Fuse / no-fuse decisions agreeing with measurement: {_pct(d['fuse']['percent'])} of "
+        f"{d['fuse']['n']} groups (fused best measured time vs the measured unfused pair).",
+        f"- Planned tile within {TILE_SLACK - 1:.0%} of the measured best swept tile: "
+        f"{_pct(d['tile']['percent'])} of {d['tile']['n']} groups; exactly the best: "
+        f"{_pct(d['tile_exact']['percent'])}.",
+    ]
+    rk = summary["rank"]
+    lines.append(f"- Spearman rank correlation of predicted vs measured time across each group's tiles: "
+                 f"median {_num(rk['median_ours'])} (ours, predicted time), {_num(rk['median_paper'])} "
+                 f"(paper model, ranking by its GMA) over {len(rk['groups'])} groups with >= 3 tiles.")
+    if d["groups"]:
+        lines += ["", "| group | planner fused | best fused (µs) | unfused (µs) | fusion wins | agrees | "
+                  "planned tile (µs) | tile ok |", "|---|---|---|---|---|---|---|---|"]
+        for g, e in d["groups"].items():
+            lines.append(
+                f"| {g} | {e['planner_fused']} | {_num(e['best_fused_s'], 1e6)} | {_num(e['unfused_s'], 1e6)} | "
+                f"{e['fusion_wins']} | {e['fuse_agrees']} | {_num(e.get('planned_tile_s'), 1e6)} | "
+                f"{e.get('tile_agrees', '-')} |")
+    return lines
+
+
+def render_markdown(results: Mapping, summary: Mapping, plots: Sequence[Path]) -> str:
+    """The report as markdown: setup, targets, error statistics, decisions, every record, plots."""
+    meta = results.get("meta", {})
+    counter_free = meta.get("traffic_source") != "ncu"
+    lines = [
+        f"# Validation: {meta.get('model', '?')} on {meta.get('device_name') or meta.get('gpu', '?')}",
+        "",
+        f"- GPU spec `{meta.get('gpu', '?')}`, dtype {meta.get('dtype', '?')} (precision "
+        f"{meta.get('precision', '?')}), batch {meta.get('batch', '?')}, tiles {meta.get('tiles', '?')}.",
+        f"- Timing: CUDA events, {meta.get('timing', {}).get('statistic', 'median')} of "
+        f"{meta.get('timing', {}).get('repeat', '?')} runs after {meta.get('timing', {}).get('warmup', '?')} "
+        "warm-up runs; cold = L2 flushed before each run, warm = not flushed.",
+        f"- Traffic: {meta.get('traffic_source', '?')}. {meta.get('traffic_note', '')}".rstrip(),
+        f"- Records: {summary['records']} ({summary['failed']} failed to run); results correct against the "
+        f"float64 reference: {summary['correct']} of {summary['checked']}.",
+    ]
+    if meta.get("command"):
+        lines.append(f"- Command: `{meta['command']}`")
+    if counter_free:
+        lines += ["", "**Counter-free run**: no hardware traffic counters were read, so GMA and DRAM errors "
+                  "cannot be computed; the roofline places kernels by *modelled* DRAM bytes over measured "
+                  "time (an effective bandwidth, not a measurement of traffic)."]
+    lines += ["", "## Targets (our model)", "", *_target_lines(summary),
+              "", "## Absolute percentage error, our model vs the paper's", "", *_stats_table(summary),
+              "", "The paper's model counts elements (converted to bytes with the dtype and batch); it has no "
+              "caches (its DRAM equals its GMA) and no time (its time is the bandwidth floor GMA / DRAM "
+              "bandwidth, without a launch term).",
+              "", "### Our model's median error by kernel kind", "", *_kind_table(summary),
+              "", "## Decisions", "", *_decision_lines(summary),
+              "", "## Plots", ""]
+    lines += [f"![{p.stem}]({p.name})" for p in plots]
+    lines += ["", "## Every measurement (* = the planner's choice)", "", *_record_lines(results["records"]), ""]
+    return "\n".join(lines)
+
+
+def write_report(results: Mapping, out_dir: str | Path) -> dict[str, Any]:
+    """Write ``results.json``, ``report.md`` and the PNG plots into `out_dir`; returns the summary."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = summarize(results)
+    (out / "results.json").write_text(json.dumps({**results, "summary": summary}, indent=1, default=float))
+    plots = write_plots(results, out)
+    (out / "report.md").write_text(render_markdown(results, summary, plots))
+    return summary
+
+
+def load_results(path: str | Path) -> dict[str, Any]:
+    """Read a results document, checking its schema tag."""
+    from .errors import FusePlannerError
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise FusePlannerError(f"cannot read results {path}: {exc}") from None
+    if data.get("schema") != SCHEMA or "records" not in data:
+        raise FusePlannerError(f"{path} is not a fuseplanner validation results file (schema {SCHEMA})")
+    return data
+
+
+def report_from_results(results_json_path: str | Path, out_dir: str | Path) -> dict[str, Any]:
+    """Regenerate ``report.md``, plots and ``results.json`` in `out_dir` from a saved results file."""
+    data = load_results(results_json_path)
+    data.pop("summary", None)
+    return write_report(data, out_dir)

@@ -1,0 +1,231 @@
+"""GPU descriptions: the `GpuSpec` schema, the bundled spec library, and local device detection.
+
+Each GPU is one TOML file (`gpu_specs/<stem>.toml`, bundled as package data). Every number in a
+bundled file has a note in its ``[sources]`` table saying where it comes from (datasheet, whitepaper,
+programming guide, a measurement, or a labelled estimate). An optional ``[measured]`` table, written
+by calibration, overrides datasheet values: the cost models read effective values through
+`GpuSpec.eff` / `GpuSpec.hw`, never the raw datasheet fields.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import SpecError
+
+#: Numeric fields that a ``[measured]`` table may override.
+MEASURABLE = (
+    "dram_bw_bytes_per_s",
+    "l2_bw_bytes_per_s",
+    "fp32_flops",
+    "fp16_flops",
+    "fp16_tc_flops",
+    "tf32_tc_flops",
+    "launch_overhead_s",
+    "mem_latency_s",
+    "l2_usable_fraction",
+)
+
+
+class Hw(NamedTuple):
+    """Effective (measured where available) hardware numbers as a plain tuple for the hot cost loops."""
+
+    sm_count: int
+    max_threads_per_sm: int
+    max_blocks_per_sm: int
+    regs_per_sm: int
+    reg_alloc_unit: int
+    warp_size: int
+    smem_per_sm: int
+    smem_reserved: int
+    l2_bytes: int
+    l2_usable: float
+    sector: int
+    dram_bw: float
+    l2_bw: float
+    fp32: float
+    fp16: float
+    fp16_tc: float
+    tf32_tc: float
+    launch: float
+    latency: float
+    clock_hz: float
+
+
+class GpuSpec(BaseModel):
+    """One GPU. Sizes in bytes, bandwidths in bytes/s, rates in FLOP/s, times in seconds."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(description="file stem, the short name used on the CLI")
+    full_name: str
+    compute_capability: str = Field(pattern=r"^\d+\.\d+$")
+    device_names: tuple[str, ...] = Field(default=(), description="substrings of cudaDeviceProp.name")
+    sm_count: int = Field(gt=0)
+    max_threads_per_sm: int = Field(gt=0)
+    max_threads_per_block: int = Field(gt=0)
+    max_blocks_per_sm: int = Field(gt=0)
+    regs_per_sm: int = Field(gt=0)
+    max_regs_per_thread: int = Field(gt=0)
+    smem_per_sm_bytes: int = Field(gt=0)
+    smem_per_block_bytes: int = Field(gt=0, description="opt-in maximum of dynamic shared memory per block")
+    smem_reserved_per_block_bytes: int = Field(default=0, ge=0)
+    l1_bytes: int = Field(gt=0)
+    l2_bytes: int = Field(gt=0)
+    dram_bw_bytes_per_s: float = Field(gt=0)
+    l2_bw_bytes_per_s: float = Field(gt=0)
+    fp32_flops: float = Field(gt=0)
+    fp16_flops: float = Field(gt=0, description="non-tensor-core FP16")
+    fp16_tc_flops: float | None = Field(default=None, gt=0, description="dense FP16 tensor core, FP32 accumulate")
+    tf32_tc_flops: float | None = Field(default=None, gt=0, description="dense TF32 tensor core")
+    clock_hz: float = Field(gt=0)
+    launch_overhead_s: float = Field(gt=0, description="launch + empty timed region")
+    mem_latency_s: float = Field(default=6e-7, gt=0, description="global-memory load latency, cold L2")
+    warp_size: int = Field(default=32, gt=0)
+    sector_bytes: Literal[32] = Field(default=32, description="L2 sector; every CUDA GPU since Maxwell uses 32")
+    reg_alloc_unit: int = Field(default=256, gt=0, description="registers allocated per warp in these units")
+    l2_usable_fraction: float = Field(default=0.75, gt=0, le=1)
+    sources: dict[str, str] = Field(default_factory=dict)
+    measured: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("measured")
+    @classmethod
+    def _known_measured(cls, v: dict[str, float]) -> dict[str, float]:
+        for key, val in v.items():
+            if key not in MEASURABLE:
+                raise ValueError(f"measured.{key} is not a measurable field (use one of {', '.join(MEASURABLE)})")
+            if not (isinstance(val, int | float) and math.isfinite(val) and val > 0):
+                raise ValueError(f"measured.{key} must be a positive number")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GpuSpec:
+        if self.smem_per_block_bytes > self.smem_per_sm_bytes:
+            raise ValueError("smem_per_block_bytes exceeds smem_per_sm_bytes")
+        if self.max_threads_per_block > self.max_threads_per_sm:
+            raise ValueError("max_threads_per_block exceeds max_threads_per_sm")
+        return self
+
+    def __hash__(self) -> int:
+        return hash(self.hw)
+
+    def eff(self, field: str) -> Any:
+        """Effective value of `field`: the calibrated measurement when present, else the datasheet value."""
+        if field in self.measured:
+            return self.measured[field]
+        return getattr(self, field)
+
+    @cached_property
+    def hw(self) -> Hw:
+        """Effective numbers as a plain tuple (cached); missing tensor-core rates fall back to CUDA cores."""
+        e = self.eff
+        fp16_tc = e("fp16_tc_flops") or e("fp16_flops")
+        tf32_tc = e("tf32_tc_flops") or e("fp32_flops")
+        return Hw(
+            self.sm_count, self.max_threads_per_sm, self.max_blocks_per_sm, self.regs_per_sm,
+            self.reg_alloc_unit, self.warp_size, self.smem_per_sm_bytes, self.smem_reserved_per_block_bytes,
+            self.l2_bytes, float(e("l2_usable_fraction")), self.sector_bytes, float(e("dram_bw_bytes_per_s")),
+            float(e("l2_bw_bytes_per_s")), float(e("fp32_flops")), float(e("fp16_flops")), float(fp16_tc),
+            float(tf32_tc), float(e("launch_overhead_s")), float(e("mem_latency_s")), float(self.clock_hz),
+        )  # fmt: skip
+
+    def summary(self) -> dict[str, Any]:
+        """The spec as a JSON-ready dict of its fields (without sources), effective values under `effective`."""
+        d = self.model_dump(exclude={"sources"})
+        d["effective"] = {k: self.eff(k) for k in MEASURABLE}
+        return d
+
+
+def _spec_dir():
+    return resources.files("fuseplanner") / "data" / "gpu_specs"
+
+
+def _bundled() -> dict[str, Any]:
+    """Bundled spec files by stem."""
+    return {p.name[:-5]: p for p in _spec_dir().iterdir() if p.name.endswith(".toml")}
+
+
+def _parse(text: str, stem: str, origin: str) -> GpuSpec:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{origin}: not valid TOML ({exc}); fix the file") from None
+    data.setdefault("name", stem)
+    try:
+        return GpuSpec.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "(file)"
+        msg = err["msg"].removeprefix("Value error, ")
+        raise SpecError(f"{origin}: field {field!r}: {msg}; fix it in the TOML") from None
+
+
+def load(path: str | Path) -> GpuSpec:
+    """Load a user spec file (TOML); its stem becomes `name` unless the file sets one."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"cannot read GPU spec {str(p)!r}: {exc.strerror}") from None
+    return _parse(text, p.stem, str(p))
+
+
+_CACHE: dict[str, GpuSpec] = {}
+#: Other accepted spellings of bundled stems.
+ALIASES = {"a100": "a100_80gb", "a4000": "rtx_a4000", "1660": "gtx1660", "4090": "rtx4090", "jetson_orin": "orin"}
+
+
+def gpu(name_or_path: str | Path | GpuSpec) -> GpuSpec:
+    """A bundled spec by short name (``"h100"``), or a user TOML by path. A GpuSpec passes through."""
+    if isinstance(name_or_path, GpuSpec):
+        return name_or_path
+    key = str(name_or_path)
+    if key in _CACHE:
+        return _CACHE[key]
+    bundled = _bundled()
+    stem = key.lower().replace("-", "_")
+    stem = ALIASES.get(stem, stem)
+    if stem in bundled:
+        spec = _parse(bundled[stem].read_text(encoding="utf-8"), stem, f"gpu_specs/{stem}.toml")
+    elif key.endswith(".toml") or "/" in key or Path(key).is_file():
+        spec = load(key)
+        return spec  # user files are not cached: they may change between calls
+    else:
+        raise SpecError(f"unknown GPU {key!r}: use one of {', '.join(sorted(bundled))} or a path to a TOML file")
+    _CACHE[key] = spec
+    return spec
+
+
+def list_gpus() -> list[GpuSpec]:
+    """Every bundled spec, sorted by name."""
+    return [gpu(stem) for stem in sorted(_bundled())]
+
+
+def detect() -> GpuSpec | None:
+    """The bundled spec of the local GPU (device 0) via CuPy, or None without CuPy, a device, or a match."""
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return None
+        props = cupy.cuda.runtime.getDeviceProperties(0)
+        name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+        return match_device(name, int(props["multiProcessorCount"]), f"{props['major']}.{props['minor']}")
+    except Exception:  # detect() never raises, by contract
+        return None
+
+
+def match_device(name: str, sm_count: int, compute_capability: str) -> GpuSpec | None:
+    """The bundled spec with this SM count and compute capability; a device-name match breaks ties."""
+    same = [s for s in list_gpus() if s.sm_count == sm_count and s.compute_capability == compute_capability]
+    named = [s for s in same if any(n and n in name for n in s.device_names)]
+    if len(named) == 1:
+        return named[0]
+    return same[0] if len(same) == 1 else None

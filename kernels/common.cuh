@@ -1,0 +1,157 @@
+// Shared device helpers for fuseplanner kernels: storage type, loads/stores, epilogue, cp.async, mma.
+//
+// Compile-time configuration arrives as #defines injected by fuseplanner/kernels/_build.py (see
+// kernels/README.md). No CUDA headers are needed: fp16 is handled as raw 16-bit words converted with
+// PTX, so the sources compile the same under NVRTC (CuPy) and nvcc.
+#pragma once
+
+#ifndef T_HALF
+#define T_HALF 0
+#endif
+#ifndef ACT
+#define ACT 0
+#endif
+#ifndef HAS_BIAS
+#define HAS_BIAS 1
+#endif
+#ifndef HAS_RES
+#define HAS_RES 0
+#endif
+#ifndef LEAKY_ALPHA
+#define LEAKY_ALPHA 0.01f
+#endif
+
+// Activation codes (ACT).
+#define ACT_NONE 0
+#define ACT_RELU 1
+#define ACT_RELU6 2
+#define ACT_HARDSWISH 3
+#define ACT_HARDSIGMOID 4
+#define ACT_SIGMOID 5
+#define ACT_SILU 6
+#define ACT_GELU 7
+#define ACT_LEAKYRELU 8
+
+typedef unsigned short half_t;  // IEEE binary16 bits
+
+#if T_HALF
+typedef half_t T;  // storage type of activations and (staged) weights
+#else
+typedef float T;
+#endif
+
+// ---- scalar conversion ------------------------------------------------------------------------
+__device__ __forceinline__ float h2f(half_t h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ half_t f2h(float f) {
+    half_t h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ float to_f(half_t v) { return h2f(v); }
+__device__ __forceinline__ void from_f(float& d, float v) { d = v; }
+__device__ __forceinline__ void from_f(half_t& d, float v) { d = f2h(v); }
+
+// Load one element of storage type T as float (read-only path), store a float as T.
+__device__ __forceinline__ float ldg_f(const T* p) { return to_f(__ldg(p)); }
+__device__ __forceinline__ float lds_f(const T* p) { return to_f(*p); }
+__device__ __forceinline__ void st_f(T* p, float v) { from_f(*p, v); }
+
+// ---- epilogue: bias -> activation -> residual ---------------------------------------------------
+__device__ __forceinline__ float activate(float v) {
+#if ACT == ACT_RELU
+    return fmaxf(v, 0.f);
+#elif ACT == ACT_RELU6
+    return fminf(fmaxf(v, 0.f), 6.f);
+#elif ACT == ACT_HARDSWISH
+    return v * fminf(fmaxf(v + 3.f, 0.f), 6.f) * (1.f / 6.f);
+#elif ACT == ACT_HARDSIGMOID
+    return fminf(fmaxf(v * (1.f / 6.f) + 0.5f, 0.f), 1.f);
+#elif ACT == ACT_SIGMOID
+    return 1.f / (1.f + expf(-v));
+#elif ACT == ACT_SILU
+    return v / (1.f + expf(-v));
+#elif ACT == ACT_GELU
+    return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
+#elif ACT == ACT_LEAKYRELU
+    return v >= 0.f ? v : LEAKY_ALPHA * v;
+#else
+    return v;
+#endif
+}
+
+// bias (per output channel, float32) then activation. `bias` may be null when HAS_BIAS == 0.
+__device__ __forceinline__ float apply_epilogue(float v, const float* __restrict__ bias, int channel) {
+#if HAS_BIAS
+    v += __ldg(bias + channel);
+#endif
+    return activate(v);
+}
+
+// Residual add (after the activation); `res` has the output's layout and storage type.
+__device__ __forceinline__ float add_residual(float v, const T* __restrict__ res, long long off) {
+#if HAS_RES
+    v += ldg_f(res + off);
+#endif
+    return v;
+}
+
+// ---- integer helpers ---------------------------------------------------------------------------
+__host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
+
+// ---- cp.async (sm_80+) -------------------------------------------------------------------------
+// Copy BYTES (4, 8 or 16) from global to shared memory; when `pred` is false the destination is
+// zero-filled and nothing is read (src must still be a valid address).
+template <int BYTES>
+__device__ __forceinline__ void cp_async(void* smem, const void* gmem, bool pred) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    int n = pred ? BYTES : 0;
+    if (BYTES == 16) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+    } else {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(s), "l"(gmem), "n"(BYTES), "r"(n));
+    }
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// ---- tensor-core MMA (sm_80+), fp32 accumulation ------------------------------------------------
+// Fragment layouts (PTX ISA, mma.m16n8k8 .tf32 / mma.m16n8k16 .f16), g = lane >> 2, t = lane & 3:
+//   C/D: c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1)          [row = M, col = N]
+//   tf32 A: a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4);  B: b0 (k=t, n=g), b1 (k=t+4, n=g)
+//   f16  A: a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..);
+//        B: b0 (k=2t..2t+1, n=g), b1 (k=2t+8..2t+9, n=g)
+__device__ __forceinline__ unsigned f2tf32(float f) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
+    return r;
+}
+__device__ __forceinline__ unsigned pack_h2(half_t lo, half_t hi) {
+    return (unsigned)lo | ((unsigned)hi << 16);
+}
+__device__ __forceinline__ void mma_tf32(float* d, const unsigned* a, const unsigned* b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ void mma_f16_k16(float* d, const unsigned* a, const unsigned* b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// m16n8k8 f16: A a0 (g, 2t..2t+1), a1 (g+8, 2t..2t+1); B b0 (k=2t..2t+1, n=g).
+__device__ __forceinline__ void mma_f16_k8(float* d, const unsigned* a, const unsigned* b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(b[0]));
+}

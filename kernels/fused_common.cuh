@@ -1,0 +1,375 @@
+// Building blocks of the fused DW/PW kernels (fused_*.cu): per-member activations, and a block-level
+// GEMM on shared memory, C[m][n] = sum_k At[k][m] * B[k][n], with three back ends chosen by PREC:
+//   PREC 0: exact fp32 FMA, each thread owns a GM x GN register micro-tile (float4 shared loads);
+//   PREC 1: TF32 tensor cores (mma.sync m16n8k8), operands rounded to TF32 when staged;
+//   PREC 2: fp16 tensor cores (mma.sync m16n8k16, ldmatrix.trans), fp32 accumulation.
+// Shared-memory operand layout (all back ends): At[K][LDA] (weights, transposed: m contiguous) and
+// B[K][LDB] (activations: channel-major, pixels contiguous), LDA/LDB multiples of 8 elements and
+// buffers 128-byte aligned, K zero-padded to a multiple of 16. A "group" is the unit of work of one
+// thread (PREC 0, GM x GN outputs) or one warp (PREC > 0, GM/16 x GN/8 mma tiles).
+#pragma once
+#include "common.cuh"
+
+#ifndef PREC
+#define PREC 0
+#endif
+#ifndef THREADS
+#define THREADS 256
+#endif
+#ifndef ACT1
+#define ACT1 0
+#endif
+#ifndef ACT2
+#define ACT2 0
+#endif
+#ifndef ACT3
+#define ACT3 0
+#endif
+#ifndef HAS_B1
+#define HAS_B1 0
+#endif
+#ifndef HAS_B2
+#define HAS_B2 0
+#endif
+#ifndef HAS_B3
+#define HAS_B3 0
+#endif
+
+#if PREC == 0
+#define UNITS THREADS
+#define UNIT_ID ((int)threadIdx.x)
+#else
+#define UNITS (THREADS / 32)
+#define UNIT_ID ((int)(threadIdx.x >> 5))
+#endif
+
+__host__ __device__ constexpr int rup(int a, int b) { return (a + b - 1) / b * b; }
+__host__ __device__ constexpr int al128(int bytes) { return rup(bytes, 128); }
+__host__ __device__ constexpr int imax(int a, int b) { return a > b ? a : b; }
+
+// ---- activations by code (same codes and formulas as common.cuh's activate) ----------------------
+template <int A>
+__device__ __forceinline__ float act_t(float v) {
+    if constexpr (A == ACT_RELU) return fmaxf(v, 0.f);
+    else if constexpr (A == ACT_RELU6) return fminf(fmaxf(v, 0.f), 6.f);
+    else if constexpr (A == ACT_HARDSWISH) return v * fminf(fmaxf(v + 3.f, 0.f), 6.f) * (1.f / 6.f);
+    else if constexpr (A == ACT_HARDSIGMOID) return fminf(fmaxf(v * (1.f / 6.f) + 0.5f, 0.f), 1.f);
+    else if constexpr (A == ACT_SIGMOID) return 1.f / (1.f + expf(-v));
+    else if constexpr (A == ACT_SILU) return v / (1.f + expf(-v));
+    else if constexpr (A == ACT_GELU) return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
+    else if constexpr (A == ACT_LEAKYRELU) return v >= 0.f ? v : LEAKY_ALPHA * v;
+    else return v;
+}
+
+template <int HB>
+__device__ __forceinline__ float bias_t(const float* __restrict__ b, int c) {
+    if constexpr (HB != 0) return __ldg(b + c);
+    else return 0.f;
+}
+
+// Value as staged into a GEMM operand buffer: rounded to TF32 for PREC 1, converted to T otherwise.
+__device__ __forceinline__ T stage(float v) {
+#if PREC == 1
+    return __uint_as_float(f2tf32(v));
+#else
+    T r;
+    from_f(r, v);
+    return r;
+#endif
+}
+
+// ---- shared-memory vector loads ------------------------------------------------------------------
+template <int R>
+__device__ __forceinline__ void lds_vec(float (&d)[R], const float* p) {
+    if constexpr (R % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < R; i += 4) {
+            float4 v = *reinterpret_cast<const float4*>(p + i);
+            d[i] = v.x; d[i + 1] = v.y; d[i + 2] = v.z; d[i + 3] = v.w;
+        }
+    } else if constexpr (R == 2) {
+        float2 v = *reinterpret_cast<const float2*>(p);
+        d[0] = v.x; d[1] = v.y;
+    } else {
+#pragma unroll
+        for (int i = 0; i < R; ++i) d[i] = p[i];
+    }
+}
+template <int R>
+__device__ __forceinline__ void lds_vec(float (&d)[R], const half_t* p) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) d[i] = h2f(p[i]);
+}
+
+#if PREC == 2
+__device__ __forceinline__ void ldsm_x4_t(unsigned (&r)[4], const void* p) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+__device__ __forceinline__ void ldsm_x2_t(unsigned (&r)[2], const void* p) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1]) : "r"(s));
+}
+#endif
+
+// ---- one group's accumulator tile ------------------------------------------------------------------
+#if PREC == 0
+template <int GM, int GN>
+struct AccTile {
+    float v[GM][GN];
+    __device__ __forceinline__ void zero() {
+#pragma unroll
+        for (int i = 0; i < GM; ++i)
+#pragma unroll
+            for (int j = 0; j < GN; ++j) v[i][j] = 0.f;
+    }
+    // v += At[0:K][m0:m0+GM]^T * B[0:K][n0:n0+GN]
+    template <int K, int LDA, int LDB>
+    __device__ __forceinline__ void mac(const T* __restrict__ At, const T* __restrict__ B, int m0, int n0) {
+        const T* a = At + m0;
+        const T* b = B + n0;
+#pragma unroll 4
+        for (int k = 0; k < K; ++k) {
+            float av[GM], bv[GN];
+            lds_vec<GM>(av, a + k * LDA);
+            lds_vec<GN>(bv, b + k * LDB);
+#pragma unroll
+            for (int i = 0; i < GM; ++i)
+#pragma unroll
+                for (int j = 0; j < GN; ++j) v[i][j] = fmaf(av[i], bv[j], v[i][j]);
+        }
+    }
+    // f(m, n, element&) for every element of the tile at (m0, n0).
+    template <class F>
+    __device__ __forceinline__ void each(int m0, int n0, F f) {
+#pragma unroll
+        for (int i = 0; i < GM; ++i)
+#pragma unroll
+            for (int j = 0; j < GN; ++j) f(m0 + i, n0 + j, v[i][j]);
+    }
+};
+#else
+template <int GM, int GN>
+struct AccTile {
+    static constexpr int MI = GM / 16, NI = GN / 8;
+    static_assert(GM % 16 == 0 && GN % 8 == 0, "mma group must be a multiple of 16 x 8");
+    float v[MI][NI][4];
+    __device__ __forceinline__ void zero() {
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+            for (int j = 0; j < NI; ++j)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) v[i][j][r] = 0.f;
+    }
+    template <int K, int LDA, int LDB>
+    __device__ __forceinline__ void mac(const T* __restrict__ At, const T* __restrict__ B, int m0, int n0) {
+        const int lane = threadIdx.x & 31;
+#if PREC == 1
+        static_assert(K % 8 == 0, "tf32 K must be a multiple of 8");
+        const int g = lane >> 2, t = lane & 3;
+        const float* a = At + t * LDA + m0 + g;
+        const float* b = B + t * LDB + n0 + g;
+#pragma unroll 2
+        for (int k = 0; k < K; k += 8) {
+            unsigned af[MI][4], bf[NI][2];
+#pragma unroll
+            for (int i = 0; i < MI; ++i) {
+                const float* p = a + k * LDA + i * 16;
+                af[i][0] = __float_as_uint(p[0]);
+                af[i][1] = __float_as_uint(p[8]);
+                af[i][2] = __float_as_uint(p[4 * LDA]);
+                af[i][3] = __float_as_uint(p[4 * LDA + 8]);
+            }
+#pragma unroll
+            for (int j = 0; j < NI; ++j) {
+                const float* q = b + k * LDB + j * 8;
+                bf[j][0] = __float_as_uint(q[0]);
+                bf[j][1] = __float_as_uint(q[4 * LDB]);
+            }
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int j = 0; j < NI; ++j) mma_tf32(v[i][j], af[i], bf[j]);
+        }
+#else
+        static_assert(K % 16 == 0, "fp16 K must be a multiple of 16");
+        // ldmatrix.trans row addresses: A quadrants (k0|k0+8) x (m|m+8); B halves k0 | k0+8.
+        const int r8 = lane & 7;
+        const half_t* a = At + (r8 + ((lane >> 4) << 3)) * LDA + m0 + ((lane >> 3) & 1) * 8;
+        const half_t* b = B + (r8 + (((lane >> 3) & 1) << 3)) * LDB + n0 + ((lane >> 4) << 3);
+#pragma unroll 2
+        for (int k = 0; k < K; k += 16) {
+            unsigned af[MI][4], bf[NI][2];
+#pragma unroll
+            for (int i = 0; i < MI; ++i) ldsm_x4_t(af[i], a + k * LDA + i * 16);
+#pragma unroll
+            for (int j = 0; j + 1 < NI; j += 2) {
+                unsigned r[4];
+                ldsm_x4_t(r, b + k * LDB + j * 8);
+                bf[j][0] = r[0]; bf[j][1] = r[1]; bf[j + 1][0] = r[2]; bf[j + 1][1] = r[3];
+            }
+            if constexpr (NI % 2 == 1) {
+                unsigned r[2];
+                // lanes 16..31 repeat lanes 0..15's rows (x2 reads only lanes 0..15's addresses)
+                ldsm_x2_t(r, b + k * LDB + (NI - 1) * 8 - ((lane >> 4) << 3));
+                bf[NI - 1][0] = r[0]; bf[NI - 1][1] = r[1];
+            }
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int j = 0; j < NI; ++j) mma_f16_k16(v[i][j], af[i], bf[j]);
+        }
+#endif
+    }
+    template <class F>
+    __device__ __forceinline__ void each(int m0, int n0, F f) {
+        const int lane = threadIdx.x & 31;
+        const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+            for (int j = 0; j < NI; ++j)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) f(m0 + i * 16 + g + (r >> 1) * 8, n0 + j * 8 + 2 * t + (r & 1), v[i][j][r]);
+    }
+};
+#endif
+
+// ---- block-level GEMMs -----------------------------------------------------------------------------
+// Streamed: C[m][n] (+)= sum_k At[k][m] B[k][n] for m < ME, n < NE (multiples of GM, GN); each unit
+// loops over groups, C is fp32 in shared memory (accumulated when ACC).
+template <int ME, int NE, int GM, int GN, int K, int LDA, int LDB, int LDC, bool ACC>
+__device__ __forceinline__ void gemm_stream(const T* __restrict__ At, const T* __restrict__ B, float* C) {
+    static_assert(ME % GM == 0 && NE % GN == 0, "group must divide the GEMM");
+    constexpr int GNN = NE / GN, NG = (ME / GM) * GNN;
+    for (int g = UNIT_ID; g < NG; g += UNITS) {
+        const int m0 = (g / GNN) * GM, n0 = (g % GNN) * GN;
+        AccTile<GM, GN> a;
+        if constexpr (ACC) a.each(m0, n0, [&](int m, int n, float& x) { x = C[m * LDC + n]; });
+        else a.zero();
+        a.template mac<K, LDA, LDB>(At, B, m0, n0);
+        a.each(m0, n0, [&](int m, int n, float& x) { C[m * LDC + n] = x; });
+    }
+}
+
+// Register-resident accumulators for the block's final outputs (ME x NE), accumulated over chunks.
+template <int ME, int NE, int GM, int GN>
+struct BlockAcc {
+    static_assert(ME % GM == 0 && NE % GN == 0, "group must divide the GEMM");
+    static constexpr int GNN = NE / GN, NG = (ME / GM) * GNN, MT = (NG + UNITS - 1) / UNITS;
+    AccTile<GM, GN> a[MT];
+    __device__ __forceinline__ void zero() {
+#pragma unroll
+        for (int t = 0; t < MT; ++t) a[t].zero();
+    }
+    template <int K, int LDA, int LDB>
+    __device__ __forceinline__ void mac(const T* __restrict__ At, const T* __restrict__ B) {
+#pragma unroll
+        for (int t = 0; t < MT; ++t) {
+            const int g = UNIT_ID + t * UNITS;
+            if (NG % UNITS == 0 || g < NG) a[t].template mac<K, LDA, LDB>(At, B, (g / GNN) * GM, (g % GNN) * GN);
+        }
+    }
+    template <int LDC>
+    __device__ __forceinline__ void store(float* C) {
+#pragma unroll
+        for (int t = 0; t < MT; ++t) {
+            const int g = UNIT_ID + t * UNITS;
+            if (NG % UNITS == 0 || g < NG)
+                a[t].each((g / GNN) * GM, (g % GNN) * GN, [&](int m, int n, float& x) { C[m * LDC + n] = x; });
+        }
+    }
+};
+
+// ---- global -> shared staging -------------------------------------------------------------------------
+// Element i (0 <= i < TOTAL) of a staged buffer: thread t handles i = t, t + THREADS, ... . All loads
+// of a batch (up to 16 per thread) are issued before any store, so a buffer costs one memory round
+// trip per batch instead of one per few elements. load(i) -> float (0 outside the tensor);
+// store(i, value).
+template <int TOTAL, class L, class S>
+__device__ __forceinline__ void stage_copy(L load, S store) {
+    constexpr int ITER = (TOTAL + THREADS - 1) / THREADS;
+    constexpr int B = ITER < 16 ? (ITER > 0 ? ITER : 1) : 16;
+    if constexpr (TOTAL == 0) return;
+#pragma unroll 1
+    for (int base = 0; base < ITER; base += B) {
+        float v[B];
+#pragma unroll
+        for (int j = 0; j < B; ++j) {
+            const int i = (int)threadIdx.x + (base + j) * THREADS;
+            v[j] = (base + j < ITER && i < TOTAL) ? load(i) : 0.f;
+        }
+#pragma unroll
+        for (int j = 0; j < B; ++j) {
+            const int i = (int)threadIdx.x + (base + j) * THREADS;
+            if (base + j < ITER && i < TOTAL) store(i, v[j]);
+        }
+    }
+}
+
+// Two or three staged buffers with all their loads in flight together when they fit 32 registers
+// per thread (one memory round trip for a whole chunk), else one after the other.
+template <int N1, int N2, int N3, class L1, class S1, class L2, class S2, class L3, class S3>
+__device__ __forceinline__ void stage_copy3(L1 l1, S1 s1, L2 l2, S2 s2, L3 l3, S3 s3) {
+    constexpr int I1 = (N1 + THREADS - 1) / THREADS, I2 = (N2 + THREADS - 1) / THREADS;
+    constexpr int I3 = (N3 + THREADS - 1) / THREADS;
+    if constexpr (I1 + I2 + I3 <= 32) {
+        float v1[I1 > 0 ? I1 : 1], v2[I2 > 0 ? I2 : 1], v3[I3 > 0 ? I3 : 1];
+        const int t = threadIdx.x;
+#pragma unroll
+        for (int j = 0; j < I1; ++j) v1[j] = t + j * THREADS < N1 ? l1(t + j * THREADS) : 0.f;
+#pragma unroll
+        for (int j = 0; j < I2; ++j) v2[j] = t + j * THREADS < N2 ? l2(t + j * THREADS) : 0.f;
+#pragma unroll
+        for (int j = 0; j < I3; ++j) v3[j] = t + j * THREADS < N3 ? l3(t + j * THREADS) : 0.f;
+#pragma unroll
+        for (int j = 0; j < I1; ++j) if (t + j * THREADS < N1) s1(t + j * THREADS, v1[j]);
+#pragma unroll
+        for (int j = 0; j < I2; ++j) if (t + j * THREADS < N2) s2(t + j * THREADS, v2[j]);
+#pragma unroll
+        for (int j = 0; j < I3; ++j) if (t + j * THREADS < N3) s3(t + j * THREADS, v3[j]);
+    } else {
+        stage_copy<N1>(l1, s1);
+        stage_copy<N2>(l2, s2);
+        stage_copy<N3>(l3, s3);
+    }
+}
+template <int N1, int N2, class L1, class S1, class L2, class S2>
+__device__ __forceinline__ void stage_copy2(L1 l1, S1 s1, L2 l2, S2 s2) {
+    stage_copy3<N1, N2, 0>(l1, s1, l2, s2, [](int) { return 0.f; }, [](int, float) {});
+}
+
+// Register prefetch of a chunk's three staged buffers (software pipelining): load() issues the next
+// chunk's global loads, which stay in flight while the block computes the current chunk; store()
+// writes them to shared memory after the block's barrier. FITS is false when the chunk needs more
+// than 32 registers per thread; callers then stage with stage_copy3 instead.
+template <int N1, int N2, int N3>
+struct Prefetch3 {
+    static constexpr int I1 = (N1 + THREADS - 1) / THREADS, I2 = (N2 + THREADS - 1) / THREADS;
+    static constexpr int I3 = (N3 + THREADS - 1) / THREADS;
+    static constexpr bool FITS = I1 + I2 + I3 <= 32;
+    float v1[I1 > 0 ? I1 : 1], v2[I2 > 0 ? I2 : 1], v3[I3 > 0 ? I3 : 1];
+    template <class L1, class L2, class L3>
+    __device__ __forceinline__ void load(L1 l1, L2 l2, L3 l3) {
+        const int t = threadIdx.x;
+#pragma unroll
+        for (int j = 0; j < I1; ++j) v1[j] = t + j * THREADS < N1 ? l1(t + j * THREADS) : 0.f;
+#pragma unroll
+        for (int j = 0; j < I2; ++j) v2[j] = t + j * THREADS < N2 ? l2(t + j * THREADS) : 0.f;
+#pragma unroll
+        for (int j = 0; j < I3; ++j) v3[j] = t + j * THREADS < N3 ? l3(t + j * THREADS) : 0.f;
+    }
+    template <class S1, class S2, class S3>
+    __device__ __forceinline__ void store(S1 s1, S2 s2, S3 s3) {
+        const int t = threadIdx.x;
+#pragma unroll
+        for (int j = 0; j < I1; ++j) if (t + j * THREADS < N1) s1(t + j * THREADS, v1[j]);
+#pragma unroll
+        for (int j = 0; j < I2; ++j) if (t + j * THREADS < N2) s2(t + j * THREADS, v2[j]);
+#pragma unroll
+        for (int j = 0; j < I3; ++j) if (t + j * THREADS < N3) s3(t + j * THREADS, v3[j]);
+    }
+};

@@ -1,0 +1,362 @@
+// Layer-by-layer pointwise (1x1, stride SH x SW) convolution over NCHW, or `linear` over channel-last
+// tokens (CL = 1): out[f, p] = sum_c W[f, c] x[c, p], then bias -> activation -> residual.
+//
+// Block (grid x = pixel/token tile, y = filter tile, z = image/sequence): TF filters x P = TH*TW
+// pixels. The reduction runs over TC-deep channel chunks in a STAGES-deep shared-memory ring filled
+// with cp.async (XU/WU elements per copy) running STAGES - 1 chunks ahead; an operand whose alignment
+// rules out cp.async (XU/WU = 0, e.g. fp16 rows of odd width) is prefetched one chunk ahead through
+// registers instead. One barrier per chunk.
+// Shared memory (exactly tiles.smem_bytes("pw"/"linear")):
+//   Ws[STAGES][TF][TC + WPAD]                            weights, k contiguous
+//   Xs[STAGES][TC][P + XPAD]   (NCHW)  or  Xs[STAGES][P][TC + WPAD]  (CL)
+// The pads keep the tensor-core fragment reads free of bank conflicts.
+//
+// Math paths (USE_TC): 0 = exact fp32 FMA with a register block of RF filters x RP pixels per
+// thread (A_THR threads along filters; or FLAT = 1: outputs tid + r*THREADS); 1 = TF32 mma.sync
+// m16n8k8; 2 = fp16 mma.sync m16n8k16 (KSTEP 16) or m16n8k8 (KSTEP 8); fp32 accumulation. Tensor-core
+// warps form a WARPS_M x WARPS_N grid, each owning WM_T x WN_T mma tiles of 16 x 8.
+#include "common.cuh"
+
+#ifndef CL
+#define CL 0
+#endif
+#ifndef USE_TC
+#define USE_TC 0
+#endif
+#ifndef XU
+#define XU 0
+#endif
+#ifndef WU
+#define WU 0
+#endif
+#ifndef FLAT
+#define FLAT 0
+#endif
+
+#ifndef STAGES
+#define STAGES 3
+#endif
+#define P (TH * TW)
+#define WPAD (16 / (T_HALF ? 2 : 4))
+#define XPAD 8
+#define WLD (TC + WPAD)
+#if CL
+#define XLD (TC + WPAD)
+#define XS_ELEMS (P * XLD)
+#else
+#define XLD (P + XPAD)
+#define XS_ELEMS (TC * XLD)
+#endif
+#define WS_ELEMS (TF * WLD)
+
+// element (k, p) of an X stage
+#if CL
+#define XS_AT(xs, k, p) ((xs)[(p) * XLD + (k)])
+#else
+#define XS_AT(xs, k, p) ((xs)[(k) * XLD + (p)])
+#endif
+
+struct Geom {
+    int C_in, H, W, C_out, Ho, Wo;
+};
+
+// ---- global -> shared chunk copies ---------------------------------------------------------------
+// Element i of a chunk (i < TF*TC for W, i < TC*P for X): its shared-memory slot and global source.
+__device__ __forceinline__ bool w_elem(int i, const T* __restrict__ w, int f0, int k0, const Geom& g, int& dst,
+                                       const T*& src) {
+    const int f = i / TC, c = i % TC;
+    dst = f * WLD + c;
+    const bool ok = (f0 + f < g.C_out) && (k0 + c < g.C_in);
+    src = ok ? w + (long long)(f0 + f) * g.C_in + k0 + c : w;
+    return ok;
+}
+
+__device__ __forceinline__ bool x_elem(int i, const T* __restrict__ xn, int y0, int x0, int k0, const Geom& g,
+                                       int& dst, const T*& src) {
+#if CL
+    const int p = i / TC, c = i % TC;  // k fastest: coalesced along channels
+    dst = p * XLD + c;
+    const bool ok = (y0 + p < g.Ho) && (k0 + c < g.C_in);
+    src = ok ? xn + (long long)(y0 + p) * g.C_in + k0 + c : xn;
+#else
+    const int k = i / P, p = i % P;  // pixels fastest: coalesced along rows
+    const int y = y0 + p / TW, xo = x0 + p % TW;
+    dst = k * XLD + p;
+    const bool ok = (k0 + k < g.C_in) && (y < g.Ho) && (xo < g.Wo);
+    src = ok ? xn + ((long long)(k0 + k) * g.H + (long long)y * SH) * g.W + (long long)xo * SW : xn;
+#endif
+    return ok;
+}
+
+// Asynchronous copy of a chunk with U-element units (cp.async, zero-filled outside the tensor).
+template <int U, bool IS_W>
+__device__ __forceinline__ void issue_async(T* stage, const T* __restrict__ base, int a0, int a1, int k0,
+                                            const Geom& g) {
+    constexpr int N = IS_W ? TF * TC : TC * P;
+    for (int u = threadIdx.x; u < N / U; u += THREADS) {
+        int dst;
+        const T* src;
+        const bool ok = IS_W ? w_elem(u * U, base, a0, k0, g, dst, src) : x_elem(u * U, base, a0, a1, k0, g, dst, src);
+        cp_async<U * sizeof(T)>(stage + dst, src, ok);
+    }
+}
+
+// Register-staged copy (when cp.async cannot be used): fetch() issues the global loads of a chunk,
+// put() writes them to a stage after the current chunk's math. Chunks too large for registers
+// (more than 32 elements per thread) are copied synchronously by put() instead.
+template <bool IS_W>
+struct RegStage {
+    static constexpr int N = IS_W ? TF * TC : TC * P;
+    static constexpr bool IN_REGS = (N + THREADS - 1) / THREADS <= 32;
+    static constexpr int R = IN_REGS ? (N + THREADS - 1) / THREADS : 1;
+    T v[R];
+    int d[R];
+    int k0;
+    __device__ __forceinline__ void fetch(const T* __restrict__ base, int a0, int a1, int k, const Geom& g) {
+        k0 = k;
+        if (!IN_REGS) return;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const int i = threadIdx.x + r * THREADS;
+            const T* src;
+            bool ok = false;
+            d[r] = -1;
+            if (i < N) ok = IS_W ? w_elem(i, base, a0, k0, g, d[r], src) : x_elem(i, base, a0, a1, k0, g, d[r], src);
+            v[r] = ok ? *src : (T)0;
+        }
+    }
+    __device__ __forceinline__ void put(T* stage, const T* __restrict__ base, int a0, int a1, const Geom& g) const {
+        if (IN_REGS) {
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+                if (d[r] >= 0) stage[d[r]] = v[r];
+        } else {
+            for (int i = threadIdx.x; i < N; i += THREADS) {
+                int dst;
+                const T* src;
+                const bool ok = IS_W ? w_elem(i, base, a0, k0, g, dst, src) : x_elem(i, base, a0, a1, k0, g, dst, src);
+                stage[dst] = ok ? *src : (T)0;
+            }
+        }
+    }
+};
+
+// output / residual offset of (filter f, tile pixel p)
+__device__ __forceinline__ bool out_offset(int n, int f, int y0, int x0, int p, const Geom& g, long long& off) {
+    const int y = y0 + p / TW, xo = x0 + p % TW;
+    if (f >= g.C_out || y >= g.Ho || xo >= g.Wo) return false;
+#if CL
+    off = ((long long)n * g.Ho + y) * g.C_out + f;
+#else
+    off = (((long long)n * g.C_out + f) * g.Ho + y) * g.Wo + xo;
+#endif
+    return true;
+}
+
+__device__ __forceinline__ void store_out(T* __restrict__ out, const float* __restrict__ bias,
+                                          const T* __restrict__ res, int n, int f, int y0, int x0, int p,
+                                          float v, const Geom& g) {
+    long long off;
+    if (p < P && out_offset(n, f, y0, x0, p, g, off)) st_f(out + off, add_residual(apply_epilogue(v, bias, f), res, off));
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+pw_kernel(const T* __restrict__ x, const T* __restrict__ w, const float* __restrict__ bias,
+          const T* __restrict__ res, T* __restrict__ out, int C_in, int H, int W, int C_out, int Ho, int Wo,
+          int tiles_w) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* ws_base = reinterpret_cast<T*>(smem_raw);
+    T* xs_base = ws_base + STAGES * WS_ELEMS;
+    const Geom g{C_in, H, W, C_out, Ho, Wo};
+
+    const int tid = threadIdx.x;
+    const int y0 = (blockIdx.x / tiles_w) * TH;
+    const int x0 = (blockIdx.x % tiles_w) * TW;
+    const int f0 = blockIdx.y * TF;
+    const int n = blockIdx.z;
+#if CL
+    const T* xn = x + (long long)n * Ho * C_in;
+#else
+    const T* xn = x + (long long)n * C_in * H * W;
+#endif
+    const int nk = cdiv(C_in, TC);
+
+#if USE_TC == 0
+#if FLAT
+    constexpr int R = TF * P / THREADS;
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = 0.f;
+#else
+    constexpr int B_THR = THREADS / A_THR;
+    constexpr int RF = TF / A_THR, RP = P / B_THR;
+    const int ta = tid / B_THR, tb = tid % B_THR;
+    float acc[RF][RP];
+#pragma unroll
+    for (int i = 0; i < RF; ++i)
+#pragma unroll
+        for (int j = 0; j < RP; ++j) acc[i][j] = 0.f;
+#endif
+#else
+    constexpr int KSTEP = (USE_TC == 1) ? 8 : ((TC % 16 == 0) ? 16 : 8);
+    const int lane = tid & 31, warp = tid >> 5;
+    const int gq = lane >> 2, tq = lane & 3;
+    const int wm = warp % WARPS_M, wn = warp / WARPS_M;
+    float acc[WM_T][WN_T][4];
+#pragma unroll
+    for (int i = 0; i < WM_T; ++i)
+#pragma unroll
+        for (int j = 0; j < WN_T; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+#endif
+
+    // Pipeline: cp.async operands run STAGES - 1 chunks ahead; register-staged operands one chunk ahead.
+    RegStage<true> wreg;
+    RegStage<false> xreg;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < nk) {
+            if (WU > 0) issue_async<(WU > 0 ? WU : 1), true>(ws_base + s * WS_ELEMS, w, f0, 0, s * TC, g);
+            if (XU > 0) issue_async<(XU > 0 ? XU : 1), false>(xs_base + s * XS_ELEMS, xn, y0, x0, s * TC, g);
+        }
+        cp_async_commit();
+    }
+    if (WU == 0) { wreg.fetch(w, f0, 0, 0, g); wreg.put(ws_base, w, f0, 0, g); }
+    if (XU == 0) { xreg.fetch(xn, y0, x0, 0, g); xreg.put(xs_base, xn, y0, x0, g); }
+
+#pragma unroll 1
+    for (int kc = 0; kc < nk; ++kc) {
+        const bool more = kc + 1 < nk;
+        if (WU == 0 && more) wreg.fetch(w, f0, 0, (kc + 1) * TC, g);
+        if (XU == 0 && more) xreg.fetch(xn, y0, x0, (kc + 1) * TC, g);
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        {
+            const int nc = kc + STAGES - 1, ns = nc % STAGES;
+            if (nc < nk) {
+                if (WU > 0) issue_async<(WU > 0 ? WU : 1), true>(ws_base + ns * WS_ELEMS, w, f0, 0, nc * TC, g);
+                if (XU > 0) issue_async<(XU > 0 ? XU : 1), false>(xs_base + ns * XS_ELEMS, xn, y0, x0, nc * TC, g);
+            }
+            cp_async_commit();
+        }
+        const int st = kc % STAGES;
+        const T* ws = ws_base + st * WS_ELEMS;
+        const T* xs = xs_base + st * XS_ELEMS;
+
+#if USE_TC == 0
+#if FLAT
+#pragma unroll 4
+        for (int k = 0; k < TC; ++k) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const int o = tid + r * THREADS;
+                acc[r] = fmaf(lds_f(ws + (o / P) * WLD + k), lds_f(&XS_AT(xs, k, o % P)), acc[r]);
+            }
+        }
+#else
+#pragma unroll 8
+        for (int k = 0; k < TC; ++k) {
+            float a[RF], b[RP];
+#pragma unroll
+            for (int i = 0; i < RF; ++i) a[i] = lds_f(ws + (ta + i * A_THR) * WLD + k);
+#pragma unroll
+            for (int j = 0; j < RP; ++j) b[j] = lds_f(&XS_AT(xs, k, tb + j * B_THR));
+#pragma unroll
+            for (int i = 0; i < RF; ++i)
+#pragma unroll
+                for (int j = 0; j < RP; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+#endif
+#else
+#pragma unroll
+        for (int ks = 0; ks < TC; ks += KSTEP) {
+            unsigned af[WM_T][4], bf[WN_T][2];
+#pragma unroll
+            for (int i = 0; i < WM_T; ++i) {
+                const int r0 = (wm * WM_T + i) * 16 + gq, r1 = r0 + 8;
+                // rows past TF occur when TF % 16 != 0 or when the warp grid overhangs the tile
+                const bool ok0 = r0 < TF, ok1 = r1 < TF;
+#if USE_TC == 1
+                af[i][0] = ok0 ? f2tf32(ws[r0 * WLD + ks + tq]) : 0u;
+                af[i][1] = ok1 ? f2tf32(ws[r1 * WLD + ks + tq]) : 0u;
+                af[i][2] = ok0 ? f2tf32(ws[r0 * WLD + ks + tq + 4]) : 0u;
+                af[i][3] = ok1 ? f2tf32(ws[r1 * WLD + ks + tq + 4]) : 0u;
+#else
+                af[i][0] = ok0 ? *reinterpret_cast<const unsigned*>(ws + r0 * WLD + ks + 2 * tq) : 0u;
+                af[i][1] = ok1 ? *reinterpret_cast<const unsigned*>(ws + r1 * WLD + ks + 2 * tq) : 0u;
+                if (KSTEP == 16) {
+                    af[i][2] = ok0 ? *reinterpret_cast<const unsigned*>(ws + r0 * WLD + ks + 2 * tq + 8) : 0u;
+                    af[i][3] = ok1 ? *reinterpret_cast<const unsigned*>(ws + r1 * WLD + ks + 2 * tq + 8) : 0u;
+                }
+#endif
+            }
+#pragma unroll
+            for (int j = 0; j < WN_T; ++j) {
+                const int c = (wn * WN_T + j) * 8 + gq;
+                const bool ok = c < P;
+#if USE_TC == 1
+                bf[j][0] = ok ? f2tf32(XS_AT(xs, ks + tq, c)) : 0u;
+                bf[j][1] = ok ? f2tf32(XS_AT(xs, ks + tq + 4, c)) : 0u;
+#elif CL
+                bf[j][0] = ok ? *reinterpret_cast<const unsigned*>(&XS_AT(xs, ks + 2 * tq, c)) : 0u;
+                if (KSTEP == 16) bf[j][1] = ok ? *reinterpret_cast<const unsigned*>(&XS_AT(xs, ks + 2 * tq + 8, c)) : 0u;
+#else
+                bf[j][0] = ok ? pack_h2(XS_AT(xs, ks + 2 * tq, c), XS_AT(xs, ks + 2 * tq + 1, c)) : 0u;
+                if (KSTEP == 16) bf[j][1] = ok ? pack_h2(XS_AT(xs, ks + 2 * tq + 8, c), XS_AT(xs, ks + 2 * tq + 9, c)) : 0u;
+#endif
+            }
+#pragma unroll
+            for (int i = 0; i < WM_T; ++i) {
+                if ((wm * WM_T + i) * 16 >= TF) continue;  // warp-uniform
+#pragma unroll
+                for (int j = 0; j < WN_T; ++j) {
+                    if ((wn * WN_T + j) * 8 >= P) continue;  // warp-uniform
+#if USE_TC == 1
+                    mma_tf32(acc[i][j], af[i], bf[j]);
+#else
+                    if (KSTEP == 16) mma_f16_k16(acc[i][j], af[i], bf[j]);
+                    else mma_f16_k8(acc[i][j], af[i], bf[j]);
+#endif
+                }
+            }
+        }
+#endif
+        if (more) {
+            const int ns = (kc + 1) % STAGES;
+            if (WU == 0) wreg.put(ws_base + ns * WS_ELEMS, w, f0, 0, g);
+            if (XU == 0) xreg.put(xs_base + ns * XS_ELEMS, xn, y0, x0, g);
+        }
+    }
+
+    // ---- epilogue ----------------------------------------------------------------------------------
+#if USE_TC == 0
+#if FLAT
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const int o = tid + r * THREADS;
+        store_out(out, bias, res, n, f0 + o / P, y0, x0, o % P, acc[r], g);
+    }
+#else
+#pragma unroll
+    for (int i = 0; i < RF; ++i)
+#pragma unroll
+        for (int j = 0; j < RP; ++j)
+            store_out(out, bias, res, n, f0 + ta + i * A_THR, y0, x0, tb + j * B_THR, acc[i][j], g);
+#endif
+#else
+#pragma unroll
+    for (int i = 0; i < WM_T; ++i) {
+        const int r0 = (wm * WM_T + i) * 16 + gq;
+#pragma unroll
+        for (int j = 0; j < WN_T; ++j) {
+            const int c = (wn * WN_T + j) * 8 + 2 * tq;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = r0 + (e >> 1) * 8;
+                if (r < TF) store_out(out, bias, res, n, f0 + r, y0, x0, c + (e & 1), acc[i][j][e], g);
+            }
+        }
+    }
+#endif
+}

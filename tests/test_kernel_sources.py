@@ -1,0 +1,102 @@
+"""Compile-only check of every kernel source for sm_90 with nvcc (when present), with the register
+and spill report; plus the CPU contract of `fuseplanner.kernels` (imports without CuPy, DeviceError)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from fuseplanner.errors import DeviceError
+from fuseplanner.ir import Op, Tile
+from fuseplanner.kernels import kernel_source, kernels_dir
+
+NVCC = shutil.which("nvcc")
+
+BASE_DW = {"TH": 8, "TW": 32, "TF": 8, "THREADS": 256, "KH": 3, "KW": 3, "SH": 1, "SW": 1, "PAD_T": 1,
+           "PAD_L": 1, "DIL_H": 1, "DIL_W": 1, "V": 4, "VEC": 4, "ACT": 2, "HAS_BIAS": 1, "HAS_RES": 0,
+           "T_HALF": 0}
+BASE_PW = {"TH": 8, "TW": 8, "TF": 64, "TC": 32, "THREADS": 256, "SH": 1, "SW": 1, "CL": 0, "XU": 4, "WU": 4, "STAGES": 3,
+           "USE_TC": 0, "A_THR": 8, "ACT": 2, "HAS_BIAS": 1, "HAS_RES": 0, "T_HALF": 0}
+MMA = {"WARPS_M": 2, "WARPS_N": 4, "WM_T": 2, "WN_T": 2}
+
+#: (source, kernel, defines, is a default tile that must not spill)
+COMBOS = [
+    ("dw.cu", "dw_kernel", BASE_DW, True),
+    ("dw.cu", "dw_kernel", {**BASE_DW, "T_HALF": 1, "VEC": 8, "KH": 7, "KW": 7, "PAD_T": 3, "PAD_L": 3}, True),
+    ("dw.cu", "dw_kernel", {**BASE_DW, "SH": 2, "SW": 2, "KH": 5, "KW": 5, "VEC": 1, "ACT": 7, "HAS_RES": 1}, True),
+    ("pw.cu", "pw_kernel", BASE_PW, True),
+    ("pw.cu", "pw_kernel", {**BASE_PW, "USE_TC": 1, **MMA}, True),
+    ("pw.cu", "pw_kernel", {**BASE_PW, "USE_TC": 2, "T_HALF": 1, "XU": 8, "WU": 8, **MMA}, True),
+    ("pw.cu", "pw_kernel", {**BASE_PW, "USE_TC": 2, "T_HALF": 1, "TC": 8, "XU": 8, "WU": 8, **MMA}, True),
+    ("pw.cu", "pw_kernel", {**BASE_PW, "CL": 1, "TH": 64, "TW": 1, "USE_TC": 1, **MMA, "ACT": 6}, True),
+    ("pw.cu", "pw_kernel", {**BASE_PW, "SH": 2, "SW": 2, "XU": 1, "FLAT": 1, "TH": 7, "TW": 7, "TF": 64,
+                            "THREADS": 64}, False),
+    ("pw.cu", "pw_kernel", {**BASE_PW, "T_HALF": 1, "XU": 0, "WU": 0, "HAS_RES": 1, "ACT": 3, "USE_TC": 2, **MMA}, True),
+    ("pw.cu", "pw_kernel", {**BASE_PW, "T_HALF": 1, "XU": 0, "WU": 0, "HAS_RES": 1, "ACT": 3, "TC": 12}, False),
+]
+
+SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+REGS = re.compile(r"Used (\d+) registers")
+
+
+def _compile(source: str, name: str, defines: dict, workdir: str) -> str:
+    src = Path(workdir) / f"{name}_{abs(hash(tuple(sorted(defines.items()))))}.cu"
+    src.write_text(kernel_source(source, defines))
+    cmd = [NVCC, "-arch=sm_90", "-cubin", "-std=c++17", "--resource-usage", f"-I{kernels_dir()}", "-o",
+           str(src.with_suffix(".cubin")), str(src)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"nvcc failed for {source} {defines}:\n{proc.stderr[-3000:]}"
+    return proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH: compile-only kernel check skipped")
+def test_every_kernel_source_compiles_for_sm90_without_spills():
+    with tempfile.TemporaryDirectory() as tmp, concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 2) as ex:
+        futures = [ex.submit(_compile, s, n, d, tmp) for s, n, d, _ in COMBOS]
+        reports = [f.result() for f in futures]
+    lines = []
+    for (source, _, defines, default), rep in zip(COMBOS, reports, strict=True):
+        regs = [int(r) for r in REGS.findall(rep)]
+        spills = [(int(a), int(b)) for a, b in SPILL.findall(rep)]
+        assert regs, f"no resource report for {source}: {rep[-500:]}"
+        lines.append(f"{source} regs={max(regs)} spills={spills} {defines}")
+        if default:
+            assert all(a == 0 and b == 0 for a, b in spills), f"{source} spills with {defines}: {spills}"
+            assert max(regs) <= 255
+    print("\n".join(lines))
+
+
+def test_lbl_sources_are_covered():
+    sources = {p.name for p in kernels_dir().glob("*.cu")}
+    lbl = {"dw.cu", "pw.cu"}
+    assert lbl <= sources
+    assert {s for s, *_ in COMBOS} == lbl
+
+
+def test_kernels_import_without_cupy_and_run_raises_device_error():
+    if importlib.util.find_spec("cupy") is not None:
+        pytest.skip("CuPy is installed here: the no-CuPy path cannot be observed")
+    import fuseplanner.kernels as k
+
+    op = Op(name="p", op_type="Conv", kind="pw", index=0, inputs=("x",), outputs=("y",),
+            input_shapes=((1, 8, 4, 4),), output_shapes=((1, 8, 4, 4),))
+    with pytest.raises(DeviceError, match="CuPy"):
+        k.run("pw", [op], Tile(4, 4, 8, 8, 64), None, [(None, None)])
+    with pytest.raises(DeviceError):
+        k.compile_kernel("pw.cu", "pw_kernel", {})
+
+
+def test_kernel_source_injects_defines_only():
+    text = kernel_source("pw.cu", {"TH": 4, "ACT": 2})
+    head = text.splitlines()[:3]
+    assert head[0] == "#define ACT 2" and head[1] == "#define TH 4" and head[2].startswith("#line 1")
+    with pytest.raises(DeviceError, match="not found"):
+        kernel_source("nope.cu", {})

@@ -1,0 +1,303 @@
+"""The planner on tiny graphs with a transparent stand-in cost model: expected groups, exact choice
+(versus greedy), tile search, options."""
+
+from __future__ import annotations
+
+import itertools
+
+import fakes
+import graphs as G
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fuseplanner import planner
+from fuseplanner.errors import PlanError
+from fuseplanner.graph import check_partition
+from fuseplanner.planner import choose_exact, choose_greedy, overlap_components, plan
+
+GPU = fakes.FakeGpu()
+
+
+@pytest.fixture
+def bytes_model(monkeypatch):
+    monkeypatch.setattr(planner, "_cost_functions", lambda: (fakes.bytes_estimate, fakes.bytes_estimate_op))
+
+
+def _covered(p):
+    return [g.covers for g in p.groups]
+
+
+def _assert_consistent(graph, p):
+    """Every node is in exactly one group or layer; totals add up; the grouping is legal."""
+    names = [n for g in p.groups for n in g.covers] + [lay.node for lay in p.layers]
+    assert sorted(names) == sorted(graph.order)
+    assert check_partition(graph, _covered(p)) is None
+    gma = sum(g.fused.gma_bytes for g in p.groups) + sum(lay.cost.gma_bytes for lay in p.layers)
+    assert p.totals.planned.gma_bytes == pytest.approx(gma)
+
+
+def test_chain_fuses_the_whole_block(bytes_model):
+    # h=4, fp32, best tiles cover the map and all filters (one spatial tile, one filter tile):
+    #   x=16*16*4=1024 B, a=b=96*16*4=6144 B, y=24*16*4=1536 B
+    #   weights pw1 (96*16+96)*4=6528, dw (96*9+96)*4=3840, pw2 (24*96+24)*4=9312
+    #   layers: pw1 1024+6528+6144=13696, dw 6144+3840+6144=16128, pw2 6144+9312+1536=16992 -> 46816
+    #   fused pw_dw_pw: 1024+19680+1536=22240
+    g = G.chain(h=4)
+    p = plan(g, GPU, objective="gma")
+    assert [(x.kind, x.nodes) for x in p.groups] == [("pw_dw_pw", ["pw1", "dw", "pw2"])]
+    assert p.layers == []
+    assert p.totals.unfused.gma_bytes == 46816
+    assert p.totals.planned.gma_bytes == 22240
+    assert p.groups[0].unfused.gma_bytes == 46816
+    assert p.groups[0].tile.th == 4 and p.groups[0].tile.tw == 4 and p.groups[0].tile.tf == 24
+    # the two pairs and the overlap reason are kept
+    overlap = {tuple(r.nodes) for r in p.rejected if r.stage == "overlap"}
+    assert overlap == {("pw1", "dw"), ("dw", "pw2")}
+    _assert_consistent(g, p)
+
+
+def test_kinds_restrict_to_pairs(bytes_model):
+    # each pair saves its intermediate written and read once: 2 * 6144 = 12288 B; they overlap on
+    # the DW, so exactly one pair is chosen: 46816 - 12288 = 34528
+    g = G.chain(h=4)
+    p = plan(g, GPU, objective="gma", kinds=["pw_dw", "dw_pw"])
+    assert len(p.groups) == 1 and p.groups[0].kind in ("pw_dw", "dw_pw")
+    assert p.totals.planned.gma_bytes == 34528
+    assert any(r.stage == "graph" and "not enabled" in r.reason for r in p.rejected)
+    _assert_consistent(g, p)
+
+
+def test_batch_scales_activations_not_weights(bytes_model):
+    # batch 2: activations double, weights do not: 2*1024 + 19680 + 2*1536 = 24800
+    p = plan(G.chain(h=4), GPU, objective="gma", batch=2)
+    assert p.batch == 2
+    assert p.totals.planned.gma_bytes == 24800
+
+
+def test_residual_block_absorbs_the_add(bytes_model):
+    g = G.residual(h=4)
+    p = plan(g, GPU)
+    assert len(p.groups) == 1
+    grp = p.groups[0]
+    assert (grp.kind, grp.nodes, grp.absorbed, grp.residual, grp.residual_input) == (
+        "pw_dw_pw",
+        ["pw1", "dw", "pw2"],
+        ["add"],
+        True,
+        "x",
+    )
+    assert grp.epilogue[-1] == "add"
+    assert p.layers == []
+    _assert_consistent(g, p)
+
+
+def test_diamond_fuses_each_branch_and_keeps_the_rest(bytes_model):
+    g = G.diamond()
+    p = plan(g, GPU)
+    assert sorted(tuple(x.nodes) for x in p.groups) == [("dw1", "pw1"), ("dw2", "pw2")]
+    assert [lay.node for lay in p.layers] == ["pw0", "cat", "pw3"]
+    assert p.layers[1].tile is None  # the opaque Concat has no tile
+    assert {tuple(r.nodes) for r in p.rejected if r.stage == "graph"} == {("pw0", "dw1"), ("pw0", "dw2")}
+    _assert_consistent(g, p)
+
+
+def test_mlp_fuses_linear_pair_with_residual(bytes_model):
+    g = G.mlp()
+    p = plan(g, GPU)
+    assert [(x.kind, x.nodes, x.residual) for x in p.groups] == [("pw_pw", ["fc1", "fc2"], True)]
+    assert [lay.node for lay in p.layers] == ["ln"]
+    _assert_consistent(g, p)
+
+
+def test_fuses_only_where_it_helps(monkeypatch):
+    # every fused kernel costs more than its members together: nothing is fused, each with a reason
+    fused = {("pw1", "dw"): 25.0, ("dw", "pw2"): 20.0, ("pw1", "dw", "pw2"): 30.0}
+    monkeypatch.setattr(planner, "_cost_functions", lambda: fakes.table_cost(fused, 10.0))
+    g = G.chain()
+    p = plan(g, GPU)
+    assert p.groups == []
+    assert p.totals.planned.time_s == p.totals.unfused.time_s == 30.0
+    gain = {tuple(r.nodes): r.reason for r in p.rejected if r.stage == "gain"}
+    assert set(gain) == {("pw1", "dw"), ("dw", "pw2"), ("pw1", "dw", "pw2")}
+    assert "not below" in gain[("dw", "pw2")]
+
+
+def test_optimal_beats_greedy(monkeypatch):
+    # PW chain p0..p3, each layer 10 s. Pairs: (p0,p1) 13 s, (p1,p2) 10 s, (p2,p3) 13 s: savings 7, 10, 7.
+    # Greedy takes the best pair (p1,p2) first, which blocks both others: total 10+10+10 = 30 s.
+    # The exact choice takes (p0,p1) and (p2,p3): 13 + 13 = 26 s.
+    fused = {("p0", "p1"): 13.0, ("p1", "p2"): 10.0, ("p2", "p3"): 13.0}
+    monkeypatch.setattr(planner, "_cost_functions", lambda: fakes.table_cost(fused, 10.0))
+    g = G.pw_chain(4, channels=[16, 24, 32, 40, 48])  # distinct shapes: no cache sharing between pairs
+    p = plan(g, GPU)
+    assert sorted(tuple(x.nodes) for x in p.groups) == [("p0", "p1"), ("p2", "p3")]
+    assert p.totals.planned.time_s == pytest.approx(26.0)
+    covers = [("p0", "p1"), ("p1", "p2"), ("p2", "p3")]
+    savings = [7.0, 10.0, 7.0]
+    greedy = choose_greedy(covers, savings)
+    assert greedy == [1]
+    assert sum(savings[j] for j in greedy) == 10.0 < sum(savings[j] for j in choose_exact(covers, savings)) == 14.0
+
+
+def _brute(covers, savings):
+    best = 0.0
+    for r in range(len(covers) + 1):
+        for combo in itertools.combinations(range(len(covers)), r):
+            nodes = [v for j in combo for v in covers[j]]
+            if len(nodes) == len(set(nodes)):
+                best = max(best, sum(savings[j] for j in combo))
+    return best
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 9), st.integers(2, 3), st.floats(0.01, 100.0)),
+        min_size=1,
+        max_size=9,
+    )
+)
+def test_choose_exact_matches_brute_force(items):
+    # groups are runs of 2-3 consecutive nodes on a line of 12 nodes (chains overlap like real ones)
+    covers = [tuple(f"n{i}" for i in range(s, s + n)) for s, n, _ in items]
+    savings = [w for _, _, w in items]
+    best = _brute(covers, savings)
+    for method in ("enumerate", "milp", "auto"):
+        chosen = choose_exact(covers, savings, method=method)
+        nodes = [v for j in chosen for v in covers[j]]
+        assert len(nodes) == len(set(nodes))
+        assert sum(savings[j] for j in chosen) == pytest.approx(best, rel=1e-9)
+    assert sum(savings[j] for j in choose_greedy(covers, savings)) <= best + 1e-9
+
+
+def test_overlap_components_split_independent_groups():
+    covers = [("a", "b"), ("b", "c"), ("x", "y"), ("c", "d"), ("z",)]
+    assert overlap_components(covers) == [[0, 1, 3], [2], [4]]
+
+
+def test_large_component_goes_to_the_milp(monkeypatch):
+    # a chain of 40 overlapping pairs is one component above MAX_ENUMERATED: the MILP must solve it
+    covers = [(f"n{i}", f"n{i + 1}") for i in range(40)]
+    savings = [1.0 + (i % 3) * 0.5 for i in range(40)]
+    calls = []
+    real = planner._milp
+    monkeypatch.setattr(planner, "_milp", lambda *a: calls.append(1) or real(*a))
+    auto = choose_exact(covers, savings)
+    assert calls == [1]
+    assert sum(savings[j] for j in auto) == pytest.approx(sum(savings[j] for j in choose_exact(covers, savings, "enumerate")))
+
+
+def test_tile_search_keeps_the_best_by_objective(bytes_model):
+    # the stand-in model is minimised by one spatial tile and one filter tile when that is feasible;
+    # the chosen layer tiles must reach exactly that minimum
+    g = G.chain(h=4)
+    p = plan(g, GPU, objective="gma", kinds=[])
+    for lay in p.layers:
+        assert (lay.tile.th, lay.tile.tw) == (4, 4)
+    assert p.totals.planned.gma_bytes == p.totals.unfused.gma_bytes == 46816
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"dtype": "int8"}, "dtype"),
+        ({"objective": "speed"}, "objective"),
+        ({"kinds": ["pw_dw", "dw_dw"]}, "dw_dw"),
+        ({"model": "mine"}, "cost model"),
+        ({"precision": "fp64"}, "precision"),
+        ({"precision": "tf32", "dtype": "fp16"}, "tf32"),
+        ({"batch": 0}, "batch"),
+        ({"batch": 1.5}, "batch"),
+    ],
+)
+def test_bad_options_raise_plan_error(bytes_model, kwargs, match):
+    with pytest.raises(PlanError, match=match):
+        plan(G.chain(h=4), GPU, **kwargs)
+
+
+def test_bad_gpu_raises_plan_error(bytes_model):
+    with pytest.raises(PlanError, match="gpu"):
+        plan(G.chain(h=4), None)
+
+
+def test_cache_shares_repeated_blocks(bytes_model, monkeypatch):
+    # three identical DW->PW blocks in a row
+    ops = []
+    for i in range(3):
+        ops += [G.conv(f"dw{i}", "dw", f"t{2 * i}", f"t{2 * i + 1}", 32, 32, 8, k=3), G.conv(f"pw{i}", "pw", f"t{2 * i + 1}", f"t{2 * i + 2}", 32, 32, 8)]
+    g = G.make_graph("repeat", ops, {"t0": (1, 32, 8, 8)}, ["t6"])
+    calls = []
+
+    def counting(*a, **k):
+        calls.append(a[0])
+        return fakes.bytes_estimate(*a, **k)
+
+    monkeypatch.setattr(planner, "_cost_functions", lambda: (counting, fakes.bytes_estimate_op))
+    p = plan(g, GPU)
+    n_repeat = len(calls)
+    calls.clear()
+    plan(G.make_graph("two", ops[:4], {"t0": (1, 32, 8, 8)}, ["t4"]), GPU)
+    # two blocks already hold every signature of three (dw, pw, dw_pw, pw_dw, pw_dw_pw): each
+    # signature is searched once, so three blocks cost no more estimates than two
+    assert n_repeat > 0
+    assert n_repeat == len(calls)
+    _assert_consistent(g, p)
+
+
+# ---- real cost model over the bundled models ------------------------------------------------------
+
+from fuseplanner.onnx_import import bundled_models, load_model  # noqa: E402
+from fuseplanner.specs import gpu  # noqa: E402
+
+_GRAPHS: dict[str, object] = {}
+
+
+def _bundled(name):
+    """A bundled model; inputs with dynamic dims are pinned to 1x3x224x224."""
+    if name not in _GRAPHS:
+        import onnx
+
+        from fuseplanner.onnx_import import resolve_model
+
+        proto = onnx.load(str(resolve_model(name)), load_external_data=False)
+        inits = {t.name for t in proto.graph.initializer}
+        dynamic = {
+            v.name: (1, 3, 224, 224)
+            for v in proto.graph.input
+            if v.name not in inits and any(not d.dim_value for d in v.type.tensor_type.shape.dim)
+        }
+        _GRAPHS[name] = load_model(name, input_shapes=dynamic or None)
+    return _GRAPHS[name]
+
+
+def _assert_legal(graph, p):
+    """Members connected through single-consumer tensors, nothing in two groups, totals consistent."""
+    seen = set()
+    for g in p.groups:
+        assert not seen.intersection(g.covers), f"{g.covers} overlaps another group"
+        seen.update(g.covers)
+        for a, b in zip(g.nodes, g.nodes[1:], strict=False):
+            out = graph.op(a).outputs[0]
+            assert out not in graph.graph_outputs
+            assert graph.consumers(out) in ([b], [*g.absorbed[:1]])  # the next member or an absorbed activation
+        assert g.fused.time_s < g.unfused.time_s or p.objective != "time"
+        assert g.fused.feasible and g.tile is not None
+    _assert_consistent(graph, p)
+    assert p.totals.planned.metric(p.objective) <= p.totals.unfused.metric(p.objective)
+
+
+CASES = [(m, "h100", "fp32", "time") for m in bundled_models()] + [
+    ("mobilenet_v2", "gtx1660", "fp32", "gma"),
+    ("mobilenet_v2", "orin", "fp16", "dram"),
+    ("mobilevit_xxs", "a100_80gb", "fp16", "time"),
+    ("mobilenet_v3_large", "orin", "fp32", "time"),
+]
+
+
+@pytest.mark.parametrize("name, gpu_name, dtype, objective", CASES)
+def test_bundled_model_plans_are_legal(name, gpu_name, dtype, objective):
+    graph = _bundled(name)
+    p = plan(graph, gpu(gpu_name), dtype=dtype, objective=objective)
+    _assert_legal(graph, p)
+    assert p.groups, f"{name} on {gpu_name}: no group helps at all"

@@ -1,0 +1,158 @@
+"""Accuracy statistics on known inputs, plots, and report generation from a saved results file."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fuseplanner import report
+from fuseplanner.errors import FusePlannerError
+
+FIX = Path(__file__).parent / "fixtures" / "results_small.json"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def results() -> dict:
+    return json.loads(FIX.read_text())
+
+
+@pytest.fixture(scope="module")
+def summary(results) -> dict:
+    return report.summarize(results)
+
+
+def test_ape():
+    assert report.ape(110.0, 100.0) == pytest.approx(10.0)
+    assert report.ape(90.0, 100.0) == pytest.approx(10.0)
+    assert report.ape(1.0, 0.0) is None  # nothing measured
+    assert report.ape(None, 5.0) is None
+
+
+def test_error_summary_linear_percentile():
+    # sorted [10, 20, 30, 40, 50]: median 30; p90 at index 0.9 * 4 = 3.6 -> 40 + 0.6 * 10 = 46
+    s = report.error_summary([50, 10, None, 30, 20, 40])
+    assert s == {"n": 5, "median": 30.0, "p90": pytest.approx(46.0)}
+    assert report.error_summary([]) == {"n": 0, "median": None, "p90": None}
+
+
+def test_model_errors_from_fixture(summary):
+    ours, paper = summary["errors"]["ours"], summary["errors"]["paper"]
+    # GMA APEs of the 7 measured records: 10, 0, 20, 30, 40, 50, 60 -> median 30,
+    # p90 at index 5.4 of the sorted list -> 50 + 0.4 * 10 = 54; the failed record is skipped
+    assert ours["gma"] == {"n": 7, "median": pytest.approx(30.0), "p90": pytest.approx(54.0)}
+    # DRAM APEs 5, 5, 10, 10, 20, 20, 40 -> median 10, p90 = 20 + 0.4 * 20 = 28
+    assert ours["dram"]["median"] == pytest.approx(10.0)
+    assert ours["dram"]["p90"] == pytest.approx(28.0)
+    # time APEs 20, 0, 10, 20, 25, 33.33, 20 -> sorted 0 10 20 20 20 25 33.33: median 20,
+    # p90 = 25 + 0.4 * 8.333 = 28.333
+    assert ours["time"]["median"] == pytest.approx(20.0)
+    assert ours["time"]["p90"] == pytest.approx(28.0 + 1 / 3)
+    # paper GMA APEs 20, 40, 50, 60, 80, 100, 10 -> median 50, p90 = 80 + 0.4 * 20 = 88
+    assert paper["gma"]["median"] == pytest.approx(50.0)
+    assert paper["gma"]["p90"] == pytest.approx(88.0)
+    assert paper["time"]["n"] == 0  # the paper model predicts no time
+
+
+def test_rank_correlation(summary):
+    g0 = summary["rank"]["groups"]["g0"]
+    # tiles A, B, C: predicted time 10, 13.2, 12 -> ranks 1 3 2; measured 10, 12, 15 -> ranks 1 2 3;
+    # d = 0, 1, -1 -> rho = 1 - 6 * 2 / (3 * 8) = 0.5
+    assert g0["tiles"] == 3
+    assert g0["ours"] == pytest.approx(0.5)
+    # paper GMA 1.2, 1.0, 0.4 MB -> ranks 3 2 1 against 1 2 3: rho = -1
+    assert g0["paper"] == pytest.approx(-1.0)
+    assert "g1" not in summary["rank"]["groups"]  # one tile only
+
+
+def test_decisions(summary):
+    d = summary["decisions"]
+    # g0: best fused 10 us < unfused 20 us and the planner fused -> agrees; planned tile is the best
+    assert d["groups"]["g0"]["fuse_agrees"] is True
+    assert d["groups"]["g0"]["tile_agrees"] is True
+    # g1: fused 30 us > unfused 25 us but the planner fused -> disagrees
+    assert d["groups"]["g1"]["fuse_agrees"] is False
+    assert "tile_agrees" not in d["groups"]["g1"]
+    assert d["fuse"] == {"n": 2, "percent": 50.0}
+    assert d["tile"] == {"n": 1, "percent": 100.0}
+
+
+def test_tile_slack():
+    recs = [
+        {"id": "a", "role": "group", "group": "g", "kind": "pw_dw", "planned": True,
+         "measured": {"time_cold_s": 10.4e-6}},
+        {"id": "b", "role": "tile", "group": "g", "kind": "pw_dw", "measured": {"time_cold_s": 10.0e-6}},
+        {"id": "u", "role": "unfused", "group": "g", "kind": "pw_dw", "measured": {"time_cold_s": 30e-6}},
+    ]
+    res = {"groups": {"g": {"planner_fused": True}}, "records": recs}
+    e = report.decisions(res)["groups"]["g"]
+    assert e["tile_agrees"] is True and e["tile_is_best"] is False  # 10.4 <= 1.05 * 10.0
+    recs[0]["measured"]["time_cold_s"] = 10.6e-6
+    assert report.decisions(res)["groups"]["g"]["tile_agrees"] is False  # 10.6 > 10.5
+
+
+def test_targets(summary):
+    t = {x["what"]: x for x in summary["targets"]}
+    assert t["GMA median APE"]["met"] is False and t["GMA median APE"]["miss_by"] == pytest.approx(20.0)
+    assert t["GMA p90 APE"]["miss_by"] == pytest.approx(29.0)
+    assert t["DRAM median APE"]["met"] is True
+    assert t["TIME median APE"]["met"] is True
+    assert t["fuse decisions agree"]["miss_by"] == pytest.approx(40.0)
+
+
+def test_summary_counts(summary):
+    assert summary["records"] == 8
+    assert summary["failed"] == 1
+    assert (summary["correct"], summary["checked"]) == (7, 7)
+
+
+def test_report_from_saved_results(tmp_path):
+    out = tmp_path / "rep"
+    s = report.report_from_results(FIX, out)
+    for name in report.PLOTS:
+        data = (out / name).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 5000, name
+    md = (out / "report.md").read_text()
+    assert "| GMA | 30.0% / 54.0% (7) | 50.0% / 88.0% (7) |" in md
+    assert "no (by 40.0 points)" in md
+    assert "![traffic](traffic.png)" in md
+    again = json.loads((out / "results.json").read_text())
+    assert again["summary"]["errors"]["ours"]["gma"]["median"] == pytest.approx(s["errors"]["ours"]["gma"]["median"])
+    # the regenerated results file regenerates again (its saved summary is dropped and recomputed)
+    s2 = report.report_from_results(out / "results.json", tmp_path / "rep2")
+    assert s2["decisions"]["fuse"] == s["decisions"]["fuse"]
+
+
+def test_counter_free_report(tmp_path, results):
+    doc = json.loads(json.dumps(results))
+    doc["meta"]["traffic_source"] = "counter-free"
+    for r in doc["records"]:
+        if r["measured"]:
+            r["measured"]["gma_bytes"] = r["measured"]["dram_bytes"] = None
+    s = report.write_report(doc, tmp_path)
+    assert s["errors"]["ours"]["gma"]["n"] == 0
+    assert s["errors"]["ours"]["time"]["n"] == 7
+    assert "Counter-free run" in (tmp_path / "report.md").read_text()
+    assert (tmp_path / "traffic.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_bad_results_file(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text(json.dumps({"records": []}))
+    with pytest.raises(FusePlannerError, match="not a fuseplanner validation results"):
+        report.load_results(bad)
+    shutil.copy(FIX, tmp_path / "ok.json")
+    assert report.load_results(tmp_path / "ok.json")["schema"] == report.SCHEMA
+
+
+def test_layer_rows_follow_the_plan(results):
+    doc = json.loads(json.dumps(results))
+    rows = report.layer_rows(doc)
+    # L0 alone; g0 fused 10 us vs unfused 20 us; g1 fused 30 us vs unfused 25 us; the failed L3 is left out
+    assert [(r["label"], r["unfused_s"], r["fused_s"]) for r in rows] == [
+        ("conv_dw0", 10e-6, None), ("g0 pw_dw", 20e-6, 10e-6), ("g1 dw_pw", 25e-6, 30e-6)]
+    doc["groups"]["g1"]["planner_fused"] = False  # a rejected candidate is not a planned layer
+    assert [r["label"] for r in report.layer_rows(doc)] == ["conv_dw0", "g0 pw_dw"]

@@ -1,0 +1,142 @@
+"""What `validate` measures and predicts, on CPU: items of a plan, tile sweeps, predictions, cases."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import fakes
+import graphs as G
+import numpy as np
+import pytest
+
+from fuseplanner import planner, tiles
+from fuseplanner import validate as V
+from fuseplanner.errors import DeviceError
+
+GPU = fakes.FakeGpu()
+
+
+@pytest.fixture
+def bytes_model(monkeypatch):
+    monkeypatch.setattr(planner, "_cost_functions", lambda: (fakes.bytes_estimate, fakes.bytes_estimate_op))
+    monkeypatch.setattr(V, "_estimator", lambda: fakes.bytes_estimate)
+
+
+def _ctx(dtype="fp32"):
+    return V.Context(gpu=GPU, dtype=dtype, batch=1, precision="fp32", objective="time")
+
+
+def test_items_of_a_residual_block(bytes_model):
+    g = G.residual(h=4)
+    p = planner.plan(g, GPU)
+    items, groups, skipped = V.build_items(g, p, _ctx())
+    assert [(i.id, i.role, len(i.steps)) for i in items] == [("g0", "group", 1), ("g0.u", "unfused", 3)]
+    fused, unfused = items
+    assert fused.planned and not unfused.planned
+    assert fused.residual and fused.residual_from_input  # the Add's other operand is the block input x
+    # the unfused members: pw, dw, pw, each with the tile the planner's search gives it; the residual
+    # add goes into the last kernel only
+    assert [s.kind for s in unfused.steps] == ["pw", "dw", "pw"]
+    assert [s.residual for s in unfused.steps] == [False, False, True]
+    search = planner.TileSearch(GPU, "fp32", 1, "time")
+    assert unfused.steps[1].tile == search.best("dw", (g.op("dw"),)).tile
+    assert groups["g0"]["planner_fused"] is True and groups["g0"]["planned_tile"] == p.groups[0].tile.as_dict()
+    assert skipped == []
+
+
+def test_unfused_prediction_is_the_sum_of_its_launches(bytes_model):
+    g = G.residual(h=4)
+    p = planner.plan(g, GPU)
+    ctx = _ctx()
+    items, _, _ = V.build_items(g, p, ctx)
+    unfused = items[1]
+    pred = V.predict(unfused, ctx)
+    expect = sum((fakes.bytes_estimate(s.kind, s.ops, s.tile, "fp32", 1, GPU, residual=s.residual)
+                  for s in unfused.steps), start=fakes._cost(0, 0, 0))
+    assert pred["gma_bytes"] == expect.gma_bytes
+    assert pred["launches"] == 3
+    assert pred["time_s"] == pytest.approx(expect.time_s)
+
+
+def test_sweep_adds_spread_tiles(bytes_model):
+    g = G.chain(h=8)
+    p = planner.plan(g, GPU)
+    ctx = _ctx()
+    items, _, _ = V.build_items(g, p, ctx, sweep=True)
+    grp = next(i for i in items if i.role == "group")
+    alts = [i for i in items if i.role == "tile"]
+    assert 1 <= len(alts) <= V.SWEEP_TILES
+    planned = grp.steps[0].tile
+    seen = {a.steps[0].tile for a in alts}
+    assert planned not in seen and len(seen) == len(alts)
+    for a in alts:
+        assert tiles.check(a.kind, a.ops, a.steps[0].tile, "fp32", GPU) is None
+    # the spread reaches the worst predicted tile of all candidates
+    cands = [t for t in tiles.candidates(grp.kind, grp.ops, "fp32", GPU) if t != planned]
+    worst = max(V._predicted_time(grp.kind, grp.ops, t, False, ctx) for t in cands)
+    assert max(V._predicted_time(a.kind, a.ops, a.steps[0].tile, False, ctx) for a in alts) == worst
+
+
+def test_sweep_measures_rejected_gain_candidates(monkeypatch):
+    # fused kernels cost 10x their members: the planner fuses nothing; sweep still measures each
+    # candidate fused and unfused so the no-fuse decisions can be checked
+    def expensive(kind, ops, tile, *a, **k):
+        c = fakes.bytes_estimate(kind, ops, tile, *a, **k)
+        return c if len(ops) == 1 else replace(c, gma_read_bytes=10 * c.gma_read_bytes, time_s=10 * c.time_s)
+
+    monkeypatch.setattr(planner, "_cost_functions", lambda: (expensive, fakes.bytes_estimate_op))
+    monkeypatch.setattr(V, "_estimator", lambda: expensive)
+    g = G.chain(h=4)
+    p = planner.plan(g, GPU)
+    assert p.groups == []
+    items, groups, _ = V.build_items(g, p, _ctx(), sweep=True)
+    assert groups and all(not x["planner_fused"] for x in groups.values())
+    rejected = [i for i in items if i.group and i.group.startswith("r")]
+    assert {i.role for i in rejected} == {"group", "unfused"}
+    assert all(i.planned for i in rejected if i.role == "unfused")  # the planner's choice is "unfused"
+    assert sum(i.role == "layer" for i in items) == 3
+
+
+def test_make_case_rounds_to_fp16(bytes_model):
+    g = G.residual(h=4)
+    p = planner.plan(g, GPU)
+    ctx = _ctx("fp16")
+    items, _, _ = V.build_items(g, p, ctx)
+    x, params, res = V.make_case(items[0], ctx, seed=3)
+    assert x.dtype == np.float32 and np.array_equal(x, x.astype(np.float16).astype(np.float32))
+    assert all(np.array_equal(w, w.astype(np.float16).astype(np.float32)) for w, _ in params)
+    assert res is x  # residual from the block input
+    x2, _, _ = V.make_case(items[0], ctx, seed=3)
+    assert np.array_equal(x, x2)  # seeded
+
+
+def test_relative_error():
+    ref = np.array([3.0, 4.0])
+    assert V.relative_error(ref.astype(np.float32), ref) == 0.0
+    assert V.relative_error(np.array([3.0, 4.5]), ref) == pytest.approx(0.1)  # 0.5 / 5
+    assert V.relative_error(np.array([np.nan, 4.0]), ref) == float("inf")
+
+
+def test_counter_free_record_has_effective_bandwidth(bytes_model):
+    g = G.residual(h=4)
+    p = planner.plan(g, GPU)
+    ctx = _ctx()
+    items, _, _ = V.build_items(g, p, ctx)
+    pred = V.predictions(items[0], ctx)
+    rec = V._record(items[0], pred, {"time_cold_s": 2e-6}, {"ok": True}, None)
+    assert rec["measured"]["traffic"] == "counter-free"
+    assert rec["measured"]["eff_dram_Bps"] == pytest.approx(pred["ours"]["dram_bytes"] / 2e-6)
+    assert rec["tiles"] == [p.groups[0].tile.as_dict()]
+
+
+def test_validate_without_gpu_raises_device_error(bytes_model):
+    from fuseplanner.kernels import require_device
+
+    try:
+        require_device()
+    except DeviceError:
+        g = G.residual(h=4)
+        with pytest.raises(DeviceError):
+            V.validate(g, GPU, planner.plan(g, GPU), progress=False)
+    else:
+        pytest.skip("a CUDA device is present")
