@@ -31,7 +31,44 @@ MEASURABLE = (
     "launch_overhead_s",
     "mem_latency_s",
     "l2_usable_fraction",
+    "dw_warp_flops_per_cycle_fp32",
+    "dw_warp_flops_per_cycle_fp16",
+    "pw_warp_flops_per_cycle_fp32",
+    "pw_warp_flops_per_cycle_tf32",
+    "pw_warp_flops_per_cycle_fp16",
+    "fused_pw_warp_flops_per_cycle_fp32",
+    "fused_pw_warp_flops_per_cycle_tf32",
+    "fused_pw_warp_flops_per_cycle_fp16",
+    "fused_weight_l2_fraction",
+    "block_warp_exponent",
+    "fused_block_warp_exponent",
+    "warp_load_bytes_per_cycle",
+    "fuse_min_speedup",
 )
+
+#: Achieved FLOPs per warp per clock of fuseplanner's own kernels (the `*_warp_flops_per_cycle` fields),
+#: fitted by `fuseplanner calibrate --from-results` on the H100 validation records in docs/validation/
+#: (MobileNetV2, MobileNetV3-Large, MnasNet, EfficientNet-B0, MobileViT-XXS; fp32 and fp16; planned
+#: and swept tiles; 1194 kernel sequences). They are properties of the kernels'
+#: instruction mix (shared-memory operand loads, barriers, dependent chains) more than of the chip, so
+#: per clock and per warp they are the best first guess on another GPU; calibrate there to replace them.
+#: The TF32 rates were not measured (validation ran exact fp32 and fp16): they are set to the fp32 ones,
+#: which the layer-by-layer benchmark supports (TF32 pw times within about 10% of exact fp32 at batch 1,
+#: BENCHMARKS.md).
+KERNEL_RATE_DEFAULTS: dict[str, float] = {
+    "dw_warp_flops_per_cycle_fp32": 1.32,
+    "dw_warp_flops_per_cycle_fp16": 0.545,
+    "pw_warp_flops_per_cycle_fp32": 2.25,
+    "pw_warp_flops_per_cycle_tf32": 2.25,
+    "pw_warp_flops_per_cycle_fp16": 3.61,
+    "fused_pw_warp_flops_per_cycle_fp32": 7.04,
+    "fused_pw_warp_flops_per_cycle_tf32": 7.04,
+    "fused_pw_warp_flops_per_cycle_fp16": 14.25,
+    "fused_weight_l2_fraction": 0.3,
+    "block_warp_exponent": 0.872,
+    "fused_block_warp_exponent": 0.194,
+    "warp_load_bytes_per_cycle": 6.01,
+}
 
 
 class Hw(NamedTuple):
@@ -57,6 +94,14 @@ class Hw(NamedTuple):
     launch: float
     latency: float
     clock_hz: float
+    #: achieved FLOP/s of one warp of fuseplanner's kernels (rate per cycle x clock): DW stencil,
+    #: layer-by-layer PW/linear by math mode, and the PW stages of fused kernels by math mode
+    warp_dw: tuple[float, float]  # fp32, fp16 storage
+    warp_pw: tuple[float, float, float]  # fp32, tf32, fp16
+    warp_fused_pw: tuple[float, float, float]
+    fused_w_l2: float  # fraction of a fused kernel's per-block weight re-reads that reach L2
+    warp_load: float  # bytes/s one warp's loads bring in (Little's law: bytes in flight / latency)
+    warp_exp: tuple[float, float]  # a block of w warps computes at w ** exp times one warp's rate: LBL, fused
 
 
 class GpuSpec(BaseModel):
@@ -92,6 +137,48 @@ class GpuSpec(BaseModel):
     sector_bytes: Literal[32] = Field(default=32, description="L2 sector; every CUDA GPU since Maxwell uses 32")
     reg_alloc_unit: int = Field(default=256, gt=0, description="registers allocated per warp in these units")
     l2_usable_fraction: float = Field(default=0.75, gt=0, le=1)
+    dw_warp_flops_per_cycle_fp32: float = Field(
+        default=KERNEL_RATE_DEFAULTS["dw_warp_flops_per_cycle_fp32"], gt=0,
+        description="achieved FLOPs per warp per clock of the depthwise stencil (layer by layer and fused), fp32 storage")
+    dw_warp_flops_per_cycle_fp16: float = Field(
+        default=KERNEL_RATE_DEFAULTS["dw_warp_flops_per_cycle_fp16"], gt=0,
+        description="same, fp16 storage (fp32 arithmetic)")
+    pw_warp_flops_per_cycle_fp32: float = Field(
+        default=KERNEL_RATE_DEFAULTS["pw_warp_flops_per_cycle_fp32"], gt=0,
+        description="achieved FLOPs per warp per clock of the layer-by-layer PW/linear kernel, exact fp32")
+    pw_warp_flops_per_cycle_tf32: float = Field(
+        default=KERNEL_RATE_DEFAULTS["pw_warp_flops_per_cycle_tf32"], gt=0,
+        description="same, fp32 storage on TF32 tensor cores")
+    pw_warp_flops_per_cycle_fp16: float = Field(
+        default=KERNEL_RATE_DEFAULTS["pw_warp_flops_per_cycle_fp16"], gt=0,
+        description="same, fp16 storage on FP16 tensor cores")
+    fused_pw_warp_flops_per_cycle_fp32: float = Field(
+        default=KERNEL_RATE_DEFAULTS["fused_pw_warp_flops_per_cycle_fp32"], gt=0,
+        description="achieved FLOPs per warp per clock of the PW stages of fused kernels, exact fp32")
+    fused_pw_warp_flops_per_cycle_tf32: float = Field(
+        default=KERNEL_RATE_DEFAULTS["fused_pw_warp_flops_per_cycle_tf32"], gt=0,
+        description="same, TF32 tensor cores")
+    fused_pw_warp_flops_per_cycle_fp16: float = Field(
+        default=KERNEL_RATE_DEFAULTS["fused_pw_warp_flops_per_cycle_fp16"], gt=0,
+        description="same, FP16 tensor cores")
+    fused_weight_l2_fraction: float = Field(
+        default=KERNEL_RATE_DEFAULTS["fused_weight_l2_fraction"], gt=0, le=1,
+        description="fraction of a fused kernel's per-block weight re-reads that reach L2 (the rest hit L1)")
+    block_warp_exponent: float = Field(
+        default=KERNEL_RATE_DEFAULTS["block_warp_exponent"], gt=0, le=1,
+        description="a block of w warps of the layer-by-layer kernels computes at w ** exponent times one "
+        "warp's rate (its warps share shared-memory bandwidth and barriers)")
+    warp_load_bytes_per_cycle: float = Field(
+        default=KERNEL_RATE_DEFAULTS["warp_load_bytes_per_cycle"], gt=0,
+        description="bytes per clock one warp of fuseplanner's kernels loads from L2/DRAM (bytes in flight "
+        "over latency): a block's reads take at least its bytes / (warps ** exponent x this x clock)")
+    fuse_min_speedup: float = Field(
+        default=1.0, ge=1.0,
+        description="the planner fuses a group for time only when its predicted unfused/fused time ratio "
+        "reaches this (1: any predicted gain); fitted to measured decisions by calibrate --from-results")
+    fused_block_warp_exponent: float = Field(
+        default=KERNEL_RATE_DEFAULTS["fused_block_warp_exponent"], gt=0, le=1,
+        description="same for the fused kernels")
     sources: dict[str, str] = Field(default_factory=dict)
     measured: dict[str, float] = Field(default_factory=dict)
 
@@ -134,6 +221,12 @@ class GpuSpec(BaseModel):
             self.l2_bytes, float(e("l2_usable_fraction")), self.sector_bytes, float(e("dram_bw_bytes_per_s")),
             float(e("l2_bw_bytes_per_s")), float(e("fp32_flops")), float(e("fp16_flops")), float(fp16_tc),
             float(tf32_tc), float(e("launch_overhead_s")), float(e("mem_latency_s")), float(self.clock_hz),
+            tuple(float(e(f"dw_warp_flops_per_cycle_{m}")) * self.clock_hz for m in ("fp32", "fp16")),
+            tuple(float(e(f"pw_warp_flops_per_cycle_{m}")) * self.clock_hz for m in ("fp32", "tf32", "fp16")),
+            tuple(float(e(f"fused_pw_warp_flops_per_cycle_{m}")) * self.clock_hz for m in ("fp32", "tf32", "fp16")),
+            float(e("fused_weight_l2_fraction")),
+            float(e("warp_load_bytes_per_cycle")) * self.clock_hz,
+            (float(e("block_warp_exponent")), float(e("fused_block_warp_exponent"))),
         )  # fmt: skip
 
     def summary(self) -> dict[str, Any]:

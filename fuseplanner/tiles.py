@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import lru_cache
 
 from .ir import Op, Tile, dtype_bytes
 
@@ -64,10 +65,15 @@ def _last(ops: Sequence[Op]) -> Op:
 
 
 def _dw_of(kind: str, ops: Sequence[Op]) -> Op | None:
-    for op, k in zip(ops, kind.split("_"), strict=False):
-        if k == "dw":
-            return op
-    return None
+    """The depthwise member of a `kind` kernel over `ops`, or None."""
+    i = _dw_index(kind)
+    return ops[i] if i is not None and i < len(ops) else None
+
+
+@lru_cache(maxsize=64)
+def _dw_index(kind: str) -> int | None:
+    parts = kind.split("_")
+    return parts.index("dw") if "dw" in parts else None
 
 
 def halo_window(kind: str, ops: Sequence[Op], tile: Tile) -> tuple[int, int]:
@@ -76,44 +82,57 @@ def halo_window(kind: str, ops: Sequence[Op], tile: Tile) -> tuple[int, int]:
     For kinds with a DW member the window is the DW's receptive field (in the DW input, i.e. in the PW
     output for pw_dw / pw_dw_pw); for PW-only kinds it is the output tile itself (times the stride).
     """
+    return _halo(kind, ops, tile.th, tile.tw)
+
+
+def _halo(kind: str, ops: Sequence[Op], th: int, tw: int) -> tuple[int, int]:
     dw = _dw_of(kind, ops)
     if dw is None:
         sh, sw = ops[0].stride if ops[0].kind != "linear" else (1, 1)
-        return ((tile.th - 1) * sh + 1, (tile.tw - 1) * sw + 1)
+        return ((th - 1) * sh + 1, (tw - 1) * sw + 1)
     (kh, kw), (sh, sw), (dh, dwl) = dw.kernel, dw.stride, dw.dilation
-    return ((tile.th - 1) * sh + (kh - 1) * dh + 1, (tile.tw - 1) * sw + (kw - 1) * dwl + 1)
+    return ((th - 1) * sh + (kh - 1) * dh + 1, (tw - 1) * sw + (kw - 1) * dwl + 1)
 
 
 def pw_stage_bytes(kind: str, tile: Tile, dtype: str) -> int:
     """Bytes of one pw/linear ring stage: weights tf x (tc + pad) and inputs tc x (p + PW_XPAD)
     (NCHW) or p x (tc + pad) (linear); rows padded against bank conflicts in the mma reads."""
-    e = dtype_bytes(dtype)
+    return _pw_stage_bytes(kind, tile.th * tile.tw, tile.tf, tile.tc, dtype_bytes(dtype))
+
+
+def _pw_stage_bytes(kind: str, p: int, tf: int, tc: int, e: int) -> int:
     kpad = PW_KPAD_BYTES // e
-    p = tile.th * tile.tw
-    x_elems = p * (tile.tc + kpad) if kind == "linear" else tile.tc * (p + PW_XPAD)
-    return (x_elems + tile.tf * (tile.tc + kpad)) * e
+    x_elems = p * (tc + kpad) if kind == "linear" else tc * (p + PW_XPAD)
+    return (x_elems + tf * (tc + kpad)) * e
 
 
 def pw_stages(kind: str, tile: Tile, dtype: str) -> int:
     """Ring depth of the pw/linear kernel for `tile` (kernels/pw.cu STAGES)."""
-    return max(PW_MIN_STAGES, min(PW_MAX_STAGES, PW_RING_BYTES // pw_stage_bytes(kind, tile, dtype)))
+    return _pw_stages(pw_stage_bytes(kind, tile, dtype))
+
+
+def _pw_stages(stage: int) -> int:
+    return max(PW_MIN_STAGES, min(PW_MAX_STAGES, PW_RING_BYTES // stage))
 
 
 def smem_bytes(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> int:
     """Shared memory one block of this kind needs for `tile` (bytes)."""
-    e = dtype_bytes(dtype)
-    tf = tile.tf
-    hh, ww = halo_window(kind, ops, tile)
+    return _smem_bytes(kind, ops, tile.th, tile.tw, tile.tf, tile.tc, dtype_bytes(dtype))
+
+
+def _smem_bytes(kind: str, ops: Sequence[Op], th: int, tw: int, tf: int, tc: int, e: int) -> int:
+    """`smem_bytes` of the tile (th, tw, tf, tc) (any thread count) for element size `e`."""
     if kind == "dw":
+        hh, ww = _halo(kind, ops, th, tw)
         kh, kw = ops[0].kernel
         return tf * hh * ww * e + tf * kh * kw * ACC_BYTES
     if kind in ("pw", "linear"):
         # kernels/pw.cu: a pw_stages()-deep ring of pw_stage_bytes() stages
         # weights Ws[tf][tc + PW_KPAD_BYTES/e], inputs Xs[tc][p + PW_XPAD] (NCHW) or Xs[p][tc + pad] (linear)
-        stage = pw_stage_bytes(kind, tile, dtype)
-        return pw_stages(kind, tile, dtype) * stage
+        stage = _pw_stage_bytes(kind, th * tw, tf, tc, e)
+        return _pw_stages(stage) * stage
     if kind in FUSED_KINDS:
-        return fused_smem_total(fused_smem_layout(kind, ops, tile, dtype))
+        return fused_smem_total(_fused_smem_layout(kind, ops, th, tw, tf, tc, e))
     raise ValueError(f"no tile layout for kernel kind {kind!r}")
 
 
@@ -135,18 +154,22 @@ def fused_smem_layout(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> d
     other resident blocks' compute). "staging" (the fp32 final-output tile) aliases the others from
     offset 0, so the block needs max(sum of the rest, staging).
     """
-    e = dtype_bytes(dtype)
-    th, tw, tf, tc = tile.th, tile.tw, tile.tf, tile.tc
-    a = lambda n: _rup(n, SMEM_ALIGN)  # noqa: E731
-    kp, mp, np_ = _rup(tc, 16), _rup(tf, 16), _rup(th * tw, 8)
+    return _fused_smem_layout(kind, ops, tile.th, tile.tw, tile.tf, tile.tc, dtype_bytes(dtype))
+
+
+def _fused_smem_layout(kind: str, ops: Sequence[Op], th: int, tw: int, tf: int, tc: int, e: int) -> dict[str, int]:
+    def a(n: int) -> int:  # 128-byte aligned (SMEM_ALIGN)
+        return -(-n // SMEM_ALIGN) * SMEM_ALIGN
+
+    kp, mp, np_ = -(-tc // 16) * 16, -(-tf // 16) * 16, -(-(th * tw) // 8) * 8
     if kind == "pw_dw":
-        hh, ww = halo_window(kind, ops, tile)
+        hh, ww = _halo(kind, ops, th, tw)
         kh, kw = ops[1].kernel
         n1p = _rup(hh * ww, 8)
         return {"xs": a(kp * (n1p + 8) * e), "ws": a(kp * (mp + 8) * e), "cs": a(mp * (n1p + 8) * ACC_BYTES),
                 "wd": a(tf * kh * kw * ACC_BYTES)}
     if kind == "dw_pw":
-        hh, ww = halo_window(kind, ops, tile)
+        hh, ww = _halo(kind, ops, th, tw)
         kh, kw = ops[0].kernel
         return {"xw": a(tc * hh * ww * e), "wd": a(tc * kh * kw * ACC_BYTES), "ds": a(kp * (np_ + 8) * e),
                 "ws": a(kp * (mp + 8) * e), "staging": a(mp * (np_ + 8) * ACC_BYTES)}
@@ -156,7 +179,7 @@ def fused_smem_layout(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> d
                 "ms": a(kp * (np_ + 8) * e) if e == 2 else 0, "w2": a(kp * (mp + 8) * e),
                 "staging": a(mp * (np_ + 8) * ACC_BYTES)}
     if kind == "pw_dw_pw":
-        hh, ww = halo_window(kind, ops, tile)
+        hh, ww = _halo(kind, ops, th, tw)
         kh, kw = ops[1].kernel
         n1p = _rup(hh * ww, 8)
         return {"xs": a(c1p * (n1p + 8) * e), "w1": a(c1p * (kp + 8) * e), "e": a(kp * (n1p + 8) * ACC_BYTES),
@@ -167,7 +190,8 @@ def fused_smem_layout(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> d
 
 def fused_smem_total(layout: dict[str, int]) -> int:
     """Bytes a fused kernel's block needs: its buffers back to back, or the aliased staging tile."""
-    return max(sum(v for k, v in layout.items() if k != "staging"), layout.get("staging", 0))
+    staging = layout.get("staging", 0)
+    return max(sum(layout.values()) - staging, staging)
 
 
 def fused_shape_reason(kind: str, ops: Sequence[Op]) -> str | None:
@@ -238,12 +262,8 @@ def _sizes(extent: int, options: Sequence[int]) -> list[int]:
     return sorted(out or {extent})
 
 
-def candidates(kind: str, ops: Sequence[Op], dtype: str, gpu) -> list[Tile]:
-    """The candidate tiles the planner searches for a kernel of `kind` over `ops`, feasible ones only.
-
-    Spatial sizes are powers of two plus divisors of the output map (e.g. 7, 14, 28) and the whole
-    map when small; filter tiles include all filters; channel chunks 8..64.
-    """
+def _grid_sizes(kind: str, ops: Sequence[Op]) -> tuple[list[int], list[int], list[int], list[int]]:
+    """The sizes of each tile dimension that the candidate set combines (th, tw, tf, tc)."""
     last = _last(ops)
     ho, wo = last.hw_out
     cout = out_channels(kind, ops)
@@ -253,15 +273,74 @@ def candidates(kind: str, ops: Sequence[Op], dtype: str, gpu) -> list[Tile]:
         ths, tws = _sizes(ho, (1, 2, 4, 8, 16, 32)), _sizes(wo, (4, 8, 16, 32))
     tfs = sorted({f for f in (8, 16, 32, 64, 128, 256) if f <= cout} | {cout} if cout <= 512 else {8, 16, 32, 64, 128, 256})
     tcs = [c for c in (8, 16, 32, 64)]
-    out: list[Tile] = []
+    return ths, tws, tfs, tcs
+
+
+def candidate_grid(kind: str, ops: Sequence[Op]) -> list[Tile]:
+    """The candidate set before feasibility, in search order: every (th, tw, tf, tc, threads) of
+    `_grid_sizes` x THREADS with th x tw <= 1024 pixels (tc == tf for dw)."""
+    ths, tws, tfs, tcs = _grid_sizes(kind, ops)
+    return [
+        Tile(th, tw, tf, tc, threads)
+        for th in ths
+        for tw in tws
+        if th * tw <= 1024
+        for tf in tfs
+        for tc in ([tf] if kind == "dw" else tcs)
+        for threads in THREADS
+    ]
+
+
+def candidates(kind: str, ops: Sequence[Op], dtype: str, gpu) -> list[Tile]:
+    """The candidate tiles the planner searches for a kernel of `kind` over `ops`, feasible ones only.
+
+    Spatial sizes are powers of two plus divisors of the output map (e.g. 7, 14, 28) and the whole
+    map when small; filter tiles include all filters; channel chunks 8..64. Exactly the tiles of
+    `candidate_grid` that `check` accepts, in the same order.
+    """
+    return [t for t, _, _ in feasible_candidates(kind, ops, dtype, gpu)]
+
+
+def feasible_candidates(kind: str, ops: Sequence[Op], dtype: str, gpu) -> list[tuple[Tile, int, int]]:
+    """`candidates` with each tile's shared memory (`smem_bytes`) and registers per thread
+    (`regs_per_thread`), which the cost model needs again.
+
+    The same tests as `check`, in a loop that evaluates each once where it can: the group-level
+    ones (output map and channels, fused shape rules) once per group, shared memory (which does not
+    depend on the thread count) once per (th, tw, tf, tc), the rest per tile.
+    """
+    ths, tws, tfs, tcs = _grid_sizes(kind, ops)
+    ho, wo = _last(ops).hw_out
+    cout = out_channels(kind, ops)
+    if kind in FUSED_KINDS and fused_shape_reason(kind, ops):
+        return []
+    max_threads, smem_limit, regs_sm = gpu.max_threads_per_block, gpu.smem_per_block_bytes, gpu.regs_per_sm
+    threads_ok = [n for n in THREADS if n >= 1 and n <= max_threads and n % 32 == 0]
+    dw = kind == "dw"
+    e = dtype_bytes(dtype)
+    out: list[tuple[Tile, int, int]] = []
+    append = out.append
     for th in ths:
+        if th < 1 or th > ho:
+            continue
         for tw in tws:
-            if th * tw > 1024:
+            if th * tw > 1024 or tw < 1 or tw > wo:
                 continue
             for tf in tfs:
-                for tc in ([tf] if kind == "dw" else tcs):
-                    for threads in THREADS:
-                        t = Tile(th, tw, tf, tc, threads)
-                        if check(kind, ops, t, dtype, gpu) is None:
-                            out.append(t)
+                if tf < 1 or tf > cout:
+                    continue
+                work = tf * th * tw
+                fits = [n for n in threads_ok if work % n == 0]
+                if not fits:
+                    continue
+                for tc in ([tf] if dw else tcs):
+                    if tc < 1:
+                        continue
+                    smem = _smem_bytes(kind, ops, th, tw, tf, tc, e)
+                    if smem > smem_limit:
+                        continue
+                    for threads in fits:
+                        regs = BASE_REGS + math.ceil(work / threads)  # regs_per_thread
+                        if regs <= MAX_REGS_PER_THREAD and regs * threads <= regs_sm:
+                            append((Tile(th, tw, tf, tc, threads), smem, regs))
     return out

@@ -5,6 +5,13 @@ Notation in the comments: S(seg) = sectors of a row segment; a segment of L byte
 32, p takes the values (x0*e mod g) + k*g (g = gcd(W*e, 32)) evenly over the rows and the count is
 averaged. "bn" epilogues (the factory default for convs) add a per-channel bias read; linear ops
 carry a bias. All sizes in sectors (32 B) unless marked B. GPU: h100 unless said otherwise.
+
+Parameter bytes: biases are fp32 (4 B) in every kernel, and so are the weights of the dw kernel and
+of every fused kernel, whatever the storage dtype; only the layer-by-layer pw/linear kernel reads its
+weight matrix in the storage dtype (2 B in fp16).
+L1 filtering of fused kernels: of a fused kernel's per-block weight reads Wr only keep =
+max(0.3 Wr, min(Wu, Wr)) reach L2 (Wu = its distinct weight + bias sectors, 0.3 = the H100's
+fused_weight_l2_fraction), and read = activation reads + keep, rounded up to whole sectors.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from opfactory import dw, linear, pw
 from fuseplanner.cost import compulsory, estimate, estimate_op
 from fuseplanner.errors import PlanError
 from fuseplanner.ir import Cost, Tile
-from fuseplanner.specs import gpu
+from fuseplanner.specs import GpuSpec, gpu
 
 H100 = gpu("h100")
 
@@ -56,11 +63,11 @@ def test_dw_fp16_stride2():
     c = estimate("dw", (dw(32, 16, 16, s=2),), Tile(4, 8, 16, 16, 128), "fp16", 1, H100)
     # out 8x8, nh = 2, nw = 1; window 9 x 17 (pad 1)
     # rows: [-1,8)->8, [7,16)->9 = 17; cols: [0,16) = 32 B at phase 0 (pitch 32) -> 1;  per plane 17
-    # input 32 planes * 17 = 544; weights: 2 parts of 16*9*2 = 288 B (9 + 9) + bias 2 x 32 B (1 + 1)
-    #   = 20 per spatial tile x 2 = 40;  read = 584 sectors = 18,688 B
+    # input 32 planes * 17 = 544; weights fp32: 2 parts of 16*9*4 = 576 B (18 + 18) + fp32 bias
+    #   2 x 64 B (2 + 2) = 40 per spatial tile x 2 = 80;  read = 624 sectors = 19,968 B
     # write: 32 planes x 8 rows x 16 B (pitch 16: phases 0/16, one sector either way) = 256 = 8,192 B
-    # DRAM: input 32*16*16*2 = 16,384 + weights 576 + bias 64 = 17,024 B
-    check(c, 18_688, 8_192, 17_024, 2 * 9 * 32 * 64, 0, 4)
+    # DRAM: input 32*16*16*2 = 16,384 + weights 32*9*4 = 1,152 + bias 32*4 = 128 -> 17,664 B
+    check(c, 19_968, 8_192, 17_664, 2 * 9 * 32 * 64, 0, 4)
 
 
 def test_dw_unaligned_batch2_residual():
@@ -92,18 +99,20 @@ def test_pw_fp32():
 def test_pw_fp16_stride2():
     c = estimate("pw", (pw(16, 32, 8, 8, s=2),), Tile(4, 4, 32, 16, 64), "fp16", 1, H100)
     # out 4x4, one tile; each plane: 4 strided rows x span of 7 elements = 14 B (pitch 16, p 0/16) -> 1
-    #   -> 4; x 16 planes = 64;  weights 32 rows x 32 B = 32, bias 64 B = 2 -> 34;  read = 98 = 3,136 B
+    #   -> 4; x 16 planes = 64;  weights (fp16) 32 rows x 32 B = 32, fp32 bias 32 x 4 = 128 B = 4 -> 36
+    #   read = 100 = 3,200 B
     # write 32 x 4 rows x 8 B (pitch 8, any phase) -> 1 each = 128 = 4,096 B
-    # DRAM: the strided rows 0,2,4,6 touch all 4 sectors of each 128 B plane: 2,048 + 1,024 + 64 = 3,136
-    check(c, 3_136, 4_096, 3_136, 2 * 16 * 32 * 16, 0, 1)
+    # DRAM: the strided rows 0,2,4,6 touch all 4 sectors of each 128 B plane: 2,048 + 1,024 + 128 = 3,200
+    check(c, 3_200, 4_096, 3_200, 2 * 16 * 32 * 16, 0, 1)
 
 
 def test_pw_fp16_batch2():
     c = estimate("pw", (pw(32, 64, 16, 16),), Tile(4, 16, 32, 16, 128), "fp16", 2, H100)
-    # per image: input 16 rows x 32 B = 16 per plane x 32 x nf 2 = 1,024; weights 64 x (32 B + 32 B)
-    #   = 128 + bias 2 x 64 B = 4 -> 132 x 4 tiles = 528;  (1,024 + 528) x 2 = 3,104 = 99,328 B
-    # write 64 x 16 x 1 x 2 = 2,048 = 65,536 B;  DRAM 2*32*256*2 = 32,768 + 4,096 + 128 = 36,992
-    check(c, 99_328, 65_536, 36_992, 2 * 2 * 32 * 64 * 256, 0, 16)
+    # per image: input 16 rows x 32 B = 16 per plane x 32 x nf 2 = 1,024; weights (fp16) 64 x (32 B +
+    #   32 B) = 128 + fp32 bias 2 x 32 x 4 = 128 B = 4 each -> 136 x 4 tiles = 544;
+    #   (1,024 + 544) x 2 = 3,136 = 100,352 B
+    # write 64 x 16 x 1 x 2 = 2,048 = 65,536 B;  DRAM 2*32*256*2 = 32,768 + 4,096 + bias 256 = 37,120
+    check(c, 100_352, 65_536, 37_120, 2 * 2 * 32 * 64 * 256, 0, 16)
 
 
 def test_linear_fp32():
@@ -117,9 +126,10 @@ def test_linear_fp32():
 
 def test_linear_fp16():
     c = estimate("linear", (linear(64, 32, 48),), Tile(16, 1, 16, 16, 64), "fp16", 1, H100)
-    # input 64 x (32 B + 32 B) = 128 x 3 = 384; weights 48 x 2 = 96 + bias 3 x 32 B = 3 -> 99 x 4 = 396
-    # read 780 = 24,960 B; write 64 x 3 x 1 = 192 = 6,144 B; DRAM 4,096 + 3,072 + 96 = 7,264
-    check(c, 24_960, 6_144, 7_264, 2 * 64 * 32 * 48, 0, 12)
+    # input 64 x (32 B + 32 B) = 128 x 3 = 384; weights (fp16) 48 x 2 = 96 + fp32 bias 3 x 16 x 4 = 64 B
+    #   = 2 each -> 102 x 4 = 408;  read 792 = 25,344 B; write 64 x 3 x 1 = 192 = 6,144 B
+    # DRAM 4,096 + 3,072 + bias 192 = 7,360
+    check(c, 25_344, 6_144, 7_360, 2 * 64 * 32 * 48, 0, 12)
 
 
 def test_linear_batch3_partial_tiles():
@@ -140,26 +150,29 @@ def test_pw_dw_fp32():
     c = estimate("pw_dw", PW_DW, Tile(4, 8, 16, 8, 128), "fp32", 1, H100)
     # 2 x 1 tiles of 4 x 8, window 6 x 10: PW-output rows computed [0,5) + [3,8) = 10, cols [0,8) = 8
     # PW input plane: 10 rows x 32 B aligned = 10; x 8 channels x nf 1 = 80
-    # weights per tile: PW 16 rows x 32 B = 16 + bias 2, DW 576 B = 18 + bias 2 -> 38 x 2 = 76
-    # read 156 = 4,992 B; write 16 x 8 rows x 1 = 128 = 4,096 B
+    # weights per tile: PW 16 rows x 32 B = 16 + bias 2, DW 576 B = 18 + bias 2 -> 38 x 2 = Wr 76;
+    #   Wu = 38 (each weight once) -> keep = max(0.3 x 76 = 22.8, min(38, 76)) = 38
+    # read 80 + 38 = 118 = 3,776 B; write 16 x 8 rows x 1 = 128 = 4,096 B
     # DRAM 2,048 + 512 + 64 + 576 + 64 = 3,264
     # FLOPs: PW 2*8*16*64 = 16,384 + DW 2*9*16*64 = 18,432; PW done on 10 x 8 pixels:
     #   2*8*16*80 = 20,480 -> redundant 4,096
-    check(c, 4_992, 4_096, 3_264, 34_816, 4_096, 2)
+    check(c, 3_776, 4_096, 3_264, 34_816, 4_096, 2)
 
 
 def test_pw_dw_fp16():
     c = estimate("pw_dw", PW_DW, Tile(4, 8, 16, 8, 128), "fp16", 1, H100)
-    # input rows 16 B at pitch 16 (phases 0/16) -> 1: 10 x 8 = 80; weights PW 16 x 16 B = 16 + bias
-    #   32 B = 1, DW 288 B = 9 + bias 1 -> 27 x 2 = 54; read 134 = 4,288 B; write 128 = 4,096 B
-    # DRAM 1,024 + 256 + 32 + 288 + 32 = 1,632
-    check(c, 4_288, 4_096, 1_632, 34_816, 4_096, 2)
+    # input rows 16 B at pitch 16 (phases 0/16) -> 1: 10 x 8 = 80; weights fp32 as in the fp32 case:
+    #   Wr 76, Wu 38 -> keep 38; read 118 = 3,776 B (the same as fp32: the activations' sectors are
+    #   half full); write 128 = 4,096 B
+    # DRAM input 1,024 + fp32 weights 512 + 64 + 576 + 64 = 2,240
+    check(c, 3_776, 4_096, 2_240, 34_816, 4_096, 2)
 
 
 def test_pw_dw_batch2():
     c = estimate("pw_dw", PW_DW, Tile(4, 8, 16, 8, 128), "fp32", 2, H100)
-    # twice the fp32 case: read 312 = 9,984 B, write 8,192 B, DRAM 4,096 + 1,216 = 5,312
-    check(c, 9_984, 8_192, 5_312, 69_632, 8_192, 4)
+    # input 2 x 80 = 160; Wr 2 x 76 = 152, Wu 38 -> keep = max(0.3 x 152 = 45.6, 38) = 45.6
+    # read 205.6 -> 206 = 6,592 B; write 8,192 B; DRAM 4,096 + 1,216 = 5,312 (weights once)
+    check(c, 6_592, 8_192, 5_312, 69_632, 8_192, 4)
 
 
 # ---------------------------------------------------------------- dw_pw
@@ -172,23 +185,27 @@ def test_dw_pw_two_filter_tiles():
     c = estimate("dw_pw", DW_PW, Tile(4, 8, 16, 8, 128), "fp32", 1, H100)
     # nf = 2, nsp = 2; DW window 6 x 10 -> 10 rows x 1 sector per plane; 16 planes x nf 2 = 320
     # per spatial tile: nf x DW weights in 2 chunks of 8 ch (288 B = 9 + 9, bias 1 + 1) = 2 x 20
-    #   + PW 32 rows x 2 chunks of 32 B = 64 + bias 2 x 64 B = 4 -> 108 x 2 = 216
-    # read 536 = 17,152 B; write 32 x 8 x 1 = 256 = 8,192 B; DRAM 4,096 + 640 + 2,048 + 128 = 6,912
+    #   + PW 32 rows x 2 chunks of 32 B = 64 + bias 2 x 64 B = 4 -> 108 x 2 = Wr 216
+    # Wu = DW 18 + 2 + PW 64 + 4 = 88 -> keep = max(0.3 x 216 = 64.8, min(88, 216)) = 88
+    # read 320 + 88 = 408 = 13,056 B; write 32 x 8 x 1 = 256 = 8,192 B
+    # DRAM 4,096 + 640 + 2,048 + 128 = 6,912
     # FLOPs DW 18,432 + PW 2*16*32*64 = 65,536; the DW runs once per filter tile: redundant 18,432
-    check(c, 17_152, 8_192, 6_912, 83_968, 18_432, 4)
+    check(c, 13_056, 8_192, 6_912, 83_968, 18_432, 4)
 
 
 def test_dw_pw_all_filters():
     c = estimate("dw_pw", DW_PW, Tile(4, 8, 32, 8, 256), "fp32", 1, H100)
-    # nf = 1: input 160; per tile 20 + 64 + bias 128 B = 4 -> 88 x 2 = 176; read 336 = 10,752 B
-    check(c, 10_752, 8_192, 6_912, 83_968, 0, 2)
+    # nf = 1: input 160; per tile 20 + 64 + bias 128 B = 4 -> 88 x 2 = Wr 176, Wu 88
+    #   -> keep = max(0.3 x 176 = 52.8, 88) = 88; read 160 + 88 = 248 = 7,936 B
+    check(c, 7_936, 8_192, 6_912, 83_968, 0, 2)
 
 
 def test_dw_pw_batch2_residual():
     c = estimate("dw_pw", DW_PW, Tile(4, 8, 16, 8, 128), "fp32", 2, H100, residual=True)
-    # per image 536 + residual 256 = 792, x2 = 1,584 = 50,688 B; write 16,384 B
+    # activations per image 320 + residual 256 = 576, x2 = 1,152; Wr 2 x 216 = 432, Wu 88
+    #   -> keep = max(0.3 x 432 = 129.6, 88) = 129.6; read 1,281.6 -> 1,282 = 41,024 B; write 16,384 B
     # DRAM 8,192 + 2,816 weights + residual 2*32*64*4 = 16,384 -> 27,392 (a different tensor than the input)
-    check(c, 50_688, 16_384, 27_392, 167_936, 36_864, 8)
+    check(c, 41_024, 16_384, 27_392, 167_936, 36_864, 8)
 
 
 # ---------------------------------------------------------------- pw_pw
@@ -198,7 +215,8 @@ def test_pw_pw_single_tile():
     ops = (pw(16, 32, 8, 8), pw(32, 16, 8, 8))
     c = estimate("pw_pw", ops, Tile(8, 8, 16, 16, 256), "fp32", 1, H100)
     # one tile: input 16 planes x 8 rows x 1 = 128; W1 whole (512 el in 2 chunks of 1,024 B = 64) +
-    #   bias 4 = 68; W2 16 rows x 2 x 64 B = 64 + bias 2 = 66; read 262 = 8,384 B; write 128 = 4,096 B
+    #   bias 4 = 68; W2 16 rows x 2 x 64 B = 64 + bias 2 = 66 -> Wr 134 = Wu 134 -> keep 134
+    #   (max(40.2, 134)); read 262 = 8,384 B; write 128 = 4,096 B
     # DRAM 4,096 + 2,048 + 128 + 2,048 + 64 = 8,384
     check(c, 8_384, 4_096, 8_384, 131_072, 0, 1)
 
@@ -206,9 +224,10 @@ def test_pw_pw_single_tile():
 def test_pw_pw_two_filter_tiles():
     ops = (pw(16, 32, 8, 8), pw(32, 16, 8, 8))
     c = estimate("pw_pw", ops, Tile(8, 8, 8, 16, 256), "fp32", 1, H100)
-    # nf = 2: input 256; W1 68 x 2 = 136; W2 64 + bias 2 x 32 B = 2 -> 66; read 458 = 14,656 B
+    # nf = 2: input 256; W1 68 x 2 = 136; W2 64 + bias 2 x 32 B = 2 -> 66; Wr 202, Wu 68 + 66 = 134
+    #   -> keep = max(0.3 x 202 = 60.6, min(134, 202)) = 134; read 256 + 134 = 390 = 12,480 B
     # the first PW (65,536 FLOPs) is recomputed by the second filter tile
-    check(c, 14_656, 4_096, 8_384, 131_072, 65_536, 2)
+    check(c, 12_480, 4_096, 8_384, 131_072, 65_536, 2)
 
 
 def test_pw_pw_linear_mlp():
@@ -216,9 +235,11 @@ def test_pw_pw_linear_mlp():
     c = estimate("pw_pw", ops, Tile(8, 1, 32, 16, 256), "fp32", 1, H100)
     # 2 token tiles: input 2 contiguous blocks of 8 x 32 x 4 = 1,024 B -> 64
     # per tile: W1 (2,048 el in 4 parts of 2,048 B) 256 + bias 4 x 64 B = 8; W2 32 rows x 4 x 64 B = 256
-    #   + bias 128 B = 4 -> 524 x 2 = 1,048; read 1,112 = 35,584 B; write 16 rows x 128 B = 64 = 2,048 B
+    #   + bias 128 B = 4 -> 524 x 2 = Wr 1,048; Wu 256 + 8 + 256 + 4 = 524
+    #   -> keep = max(0.3 x 1,048 = 314.4, 524) = 524; read 64 + 524 = 588 = 18,816 B
+    # write 16 rows x 128 B = 64 = 2,048 B
     # DRAM 2,048 + 8,192 + 256 + 8,192 + 128 = 18,816
-    check(c, 35_584, 2_048, 18_816, 131_072, 0, 2)
+    check(c, 18_816, 2_048, 18_816, 131_072, 0, 2)
 
 
 # ---------------------------------------------------------------- pw_dw_pw
@@ -230,23 +251,26 @@ IR = (pw(8, 16, 8, 8), dw(16, 8, 8), pw(16, 8, 8, 8))
 def test_pw_dw_pw_residual():
     c = estimate("pw_dw_pw", IR, Tile(4, 8, 8, 8, 64), "fp32", 1, H100, residual=True)
     # input 8 planes x 10 rows = 80; per tile: W1 (128 el, 2 x 256 B) 16 + bias 2, DW 18 + 2, W3 8 rows
-    #   x 2 x 32 B = 16 + bias 1 -> 55 x 2 = 110; residual 8 x 8 x 1 = 64; read 254 = 8,128 B
+    #   x 2 x 32 B = 16 + bias 1 -> 55 x 2 = Wr 110; Wu 18 + 20 + 17 = 55 -> keep = max(33, 55) = 55
+    # residual 8 x 8 x 1 = 64; read 80 + 55 + 64 = 199 = 6,368 B
     # write 64 = 2,048 B; DRAM 2,048 + 576 + 640 + 544 = 3,808 (the residual is the block input: no extra)
     # FLOPs 16,384 + 18,432 + 16,384 = 51,200; expansion over 10 x 8 pixels: redundant 4,096
-    check(c, 8_128, 2_048, 3_808, 51_200, 4_096, 2)
+    check(c, 6_368, 2_048, 3_808, 51_200, 4_096, 2)
 
 
 def test_pw_dw_pw_fp16():
     c = estimate("pw_dw_pw", IR, Tile(4, 8, 8, 8, 64), "fp16", 1, H100)
-    # input 80; W1 2 x 128 B = 8 + bias 2 x 16 B = 2; DW 2 x 144 B (bytes 0-143: 5, 144-287: 5) = 10
-    #   + bias 2; W3 8 x 2 x 16 B (pitch 32) = 16 + bias 16 B = 1 -> 39 x 2 = 78; read 158 = 5,056 B
-    # DRAM 1,024 + (256 + 32) + (288 + 32) + (256 + 32) = 1,920
-    check(c, 5_056, 2_048, 1_920, 51_200, 4_096, 2)
+    # input 8 planes x 10 rows x 16 B (pitch 16) = 80; weights fp32 as in the fp32 case: Wr 110,
+    #   Wu 55 -> keep 55; read 80 + 55 = 135 = 4,320 B
+    # DRAM 1,024 + fp32 (512 + 64) + (576 + 64) + (512 + 32) = 2,784
+    check(c, 4_320, 2_048, 2_784, 51_200, 4_096, 2)
 
 
 def test_pw_dw_pw_batch2():
     c = estimate("pw_dw_pw", IR, Tile(4, 8, 8, 8, 64), "fp32", 2, H100, residual=True)
-    check(c, 16_256, 4_096, 4_096 + 1_760, 102_400, 8_192, 4)
+    # activations (80 + residual 64) x 2 = 288; Wr 2 x 110 = 220, Wu 55 -> keep = max(66, 55) = 66
+    # read 354 = 11,328 B; DRAM input 4,096 + weights 1,760 (once)
+    check(c, 11_328, 4_096, 4_096 + 1_760, 102_400, 8_192, 4)
 
 
 # ---------------------------------------------------------------- DRAM, resources, time
@@ -286,13 +310,28 @@ def test_resources_and_time_by_hand():
     assert r.blocks_per_sm == 5 and r.occupancy == 5 * 256 / 2048
     assert r.waves == 288 / (132 * 5)
     # one partial wave: 288 blocks -> 3 per SM on 132 SMs
-    mem_blk = max(c.gma_bytes / 10e12, c.dram_bytes / 2.94e12) / 288  # L2 vs measured DRAM bandwidth
+    # memory: the wave's bytes at the larger of L2 (5,612,544 B / 10 TB/s = 0.561 us) and measured DRAM
+    #   (1,812,096 B / 2.94 TB/s = 0.616 us) time, 3 x 132 of 288 blocks' share -> 0.847 us
+    mem_blk = max(c.gma_bytes / 10e12, c.dram_bytes / 2.94e12) / 288
     t_mem = 3 * 132 * mem_blk
-    t_own = (c.flops / 66.9e12) * 132 / 288  # one block's FLOPs at an SM's rate (256 threads >= 128 lanes)
-    t_cmp = 3 * t_own  # the 3 resident blocks' FLOPs
-    # single-buffered: a block's chain is latency + transfer + its compute; then the write-back latency
-    wave = max(1 * 0.6e-6 + t_mem + t_own, t_cmp) + 0.6e-6
-    assert c.time_s == pytest.approx(2.1e-6 + wave, rel=1e-12)
+    # own compute: an average block's 2 x 9 x 144 x 56 x 56 / 288 = 8,128,512 / 288 = 28,224 FLOPs
+    #   (edge tiles included) on 8 warps, which compute like 8 ** 0.872 = 6.131 warps
+    #   (block_warp_exponent of layer-by-layer kernels), each at the fp32 DW warp rate
+    #   1.32 FLOP/clock x 1.98 GHz: 28,224 / (6.131 x 2.6136e9) = 1.761 us
+    eff_warps = 8**0.872
+    t_own = 28_224 / (eff_warps * 1.32 * 1.98e9)
+    assert c.flops == 288 * 28_224
+    # loads: the block's reads, 118,944 sectors x 32 B / 288 = 13,216 B, at what 6.131 warps keep in
+    #   flight (6.01 B/clock each x 1.98 GHz): 0.181 us, under its 0.847 us share of the bandwidth
+    assert c.gma_read_bytes == 118_944 * 32
+    t_ld = 13_216 / (eff_warps * 6.01 * 1.98e9)
+    assert t_ld < t_mem
+    t_cmp = 3 * (c.flops / 66.9e12) * 132 / 288  # the 3 resident blocks' FLOPs at an SM's FP32 peak: 0.167 us
+    # a block's chain is 1 iteration's latency + the larger of its bandwidth share and its load time
+    #   + own compute (3.209 us), above the SM peak; then the write-back latency
+    wave = max(1 * 0.6e-6 + max(t_mem, t_ld) + t_own, t_cmp) + 0.6e-6
+    assert wave == pytest.approx(0.6e-6 + t_mem + t_own + 0.6e-6, rel=1e-12)
+    assert c.time_s == pytest.approx(2.1e-6 + wave, rel=1e-12)  # 5.909 us
     # the H100 runs this layer far above the bandwidth floor, as measured (BACKGROUND section 4)
     assert c.time_s > 3 * (c.dram_bytes / 2.94e12)
 
@@ -303,8 +342,27 @@ def test_tensor_cores_and_precision():
     f32 = estimate("pw", op, t, "fp32", 8, H100)
     tf32 = estimate("pw", op, t, "fp32", 8, H100, precision="tf32")
     f16 = estimate("pw", op, t, "fp16", 8, H100)
-    assert tf32.gma_bytes == f32.gma_bytes and tf32.time_s < f32.time_s
-    assert f16.time_s < f32.time_s
+    # 224 blocks, 3 per SM: one partial wave of 2 blocks per SM. A block's 2 x 256 x 256 x 112 =
+    #   14,680,064 / 4 = 3,670,016 FLOPs run on 8 warps, computing like 8 ** 0.872 = 6.131 warps. Its own
+    #   compute at the pw fp32 warp rate, 3,670,016 / (6.131 x 2.25 x 1.98e9) = 134.4 us, dwarfs the
+    #   SM-peak term (2 blocks x 3,670,016 / (66.9e12 / 132) = 14.5 us), so the block's chain sets the time.
+    per_clock = 3_670_016 / (8**0.872 * 1.98e9)  # the block's FLOPs per (FLOP/clock of one warp) in seconds
+    # TF32 stores fp32 (same bytes) and its warp rate defaults to the fp32 one (not measured): same time
+    assert tf32.gma_bytes == f32.gma_bytes and tf32.dram_bytes == f32.dram_bytes
+    assert tf32.time_s == f32.time_s
+    # where the TF32 warp rate is calibrated higher (2 x 2.25), tf32 gains exactly the own-compute
+    #   difference 3,670,016 / (6.131 x 1.98e9) x (1/2.25 - 1/4.5) = 67.2 us; exact fp32 is unchanged
+    fast = GpuSpec.model_validate({**H100.model_dump(), "pw_warp_flops_per_cycle_tf32": 4.5})
+    tf32_fast = estimate("pw", op, t, "fp32", 8, fast, precision="tf32")
+    assert estimate("pw", op, t, "fp32", 8, fast).time_s == f32.time_s
+    assert f32.time_s - tf32_fast.time_s == pytest.approx(per_clock * (1 / 2.25 - 1 / 4.5), rel=1e-9)
+    # fp16 halves the activation and weight bytes and runs at the fp16 warp rate (3.61 FLOP/clock):
+    #   faster than fp32, and exactly 3,670,016 / (6.131 x 1.98e9) x (1/2.25 - 1/3.61) = 50.6 us faster
+    #   than on a GPU whose fp16 warp rate were the fp32 one
+    assert f16.gma_bytes < f32.gma_bytes and f16.time_s < f32.time_s
+    slow16 = GpuSpec.model_validate({**H100.model_dump(), "pw_warp_flops_per_cycle_fp16": 2.25})
+    gain16 = per_clock * (1 / 2.25 - 1 / 3.61)
+    assert estimate("pw", op, t, "fp16", 8, slow16).time_s - f16.time_s == pytest.approx(gain16, rel=1e-9)
     with pytest.raises(PlanError, match="precision"):
         estimate("pw", op, t, "fp32", 1, H100, precision="bf16")
 
@@ -338,6 +396,11 @@ def test_compulsory():
     comp = compulsory("pw_dw", PW_DW, "fp32", 2)
     # input 2 x 8 x 64 x 4 = 4,096; weights (128 + 16) + (144 + 16) = 304 el x 4 = 1,216; output 8,192
     assert comp == {"input": 4096.0, "weights": 1216.0, "residual": 0.0, "output": 8192.0}
+    # fp16: activations halve (input 2 x 8 x 64 x 2 = 2,048; output 4,096), but the fused kernel keeps
+    #   fp32 weights and biases: still 304 el x 4 = 1,216
+    assert compulsory("pw_dw", PW_DW, "fp16", 2) == {"input": 2048.0, "weights": 1216.0, "residual": 0.0, "output": 4096.0}
+    # the pw kernel keeps its weight matrix in fp16 and its bias in fp32: 16 x 32 x 2 + 32 x 4 = 1,152
+    assert compulsory("pw", (pw(16, 32, 8, 8, s=2),), "fp16", 1)["weights"] == 16 * 32 * 2 + 32 * 4
     # a stride-2 PW needs only every other row and column
     assert compulsory("pw", (pw(16, 32, 8, 8, s=2),), "fp16", 1)["input"] == 16 * 16 * 2
 

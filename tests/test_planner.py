@@ -247,6 +247,7 @@ def test_cache_shares_repeated_blocks(bytes_model, monkeypatch):
 
 # ---- real cost model over the bundled models ------------------------------------------------------
 
+from fuseplanner.calibrate import apply_measured  # noqa: E402
 from fuseplanner.onnx_import import bundled_models, load_model  # noqa: E402
 from fuseplanner.specs import gpu  # noqa: E402
 
@@ -295,9 +296,30 @@ CASES = [(m, "h100", "fp32", "time") for m in bundled_models()] + [
 ]
 
 
+def _any_gain(name: str):
+    """The bundled spec fusing at any predicted gain (the H100's measured fuse_min_speedup of 1.55
+    rejects nearly every group, leaving no groups whose legality could be checked)."""
+    return apply_measured(gpu(name), {"fuse_min_speedup": 1.0})
+
+
 @pytest.mark.parametrize("name, gpu_name, dtype, objective", CASES)
 def test_bundled_model_plans_are_legal(name, gpu_name, dtype, objective):
     graph = _bundled(name)
-    p = plan(graph, gpu(gpu_name), dtype=dtype, objective=objective)
+    p = plan(graph, _any_gain(gpu_name), dtype=dtype, objective=objective)
     _assert_legal(graph, p)
     assert p.groups, f"{name} on {gpu_name}: no group helps at all"
+
+
+def test_fuse_min_speedup_rejects_smaller_predicted_gains():
+    graph = _bundled("mobilenet_v2")
+    free = plan(graph, _any_gain("h100"))
+    ratios = {tuple(g.nodes): g.unfused_cost.time_s / g.fused_cost.time_s for g in free.groups}
+    assert len(ratios) >= 2 and min(ratios.values()) < max(ratios.values())
+    tau = (min(ratios.values()) + max(ratios.values())) / 2  # between the smallest and largest predicted speedup
+    strict = plan(graph, apply_measured(gpu("h100"), {"fuse_min_speedup": tau}))
+    weakest = min(ratios, key=ratios.get)
+    assert weakest not in {tuple(g.nodes) for g in strict.groups}
+    assert all(g.unfused_cost.time_s >= tau * g.fused_cost.time_s for g in strict.groups)
+    assert any(r.stage == "gain" and "fuse_min_speedup" in r.reason for r in strict.rejected)
+    # the threshold is about time: the gma objective ignores it
+    assert plan(graph, apply_measured(gpu("h100"), {"fuse_min_speedup": 4.0}), objective="gma").groups

@@ -15,12 +15,19 @@ def register(subparsers) -> None:
         description="Measure this GPU (device-to-device copy, L2-resident reads, empty-kernel launches, FMA loops; "
         "CUDA-event medians) and write a GPU spec TOML whose [measured] table the cost model prefers over "
         "datasheet values. Use it with `--gpu PATH` in plan/validate; `fuseplanner validate --calibrate` "
-        "reports accuracy before and after. Needs a CUDA GPU and CuPy.",
+        "reports accuracy before and after. Needs a CUDA GPU and CuPy. With --from-results it needs no GPU: it "
+        "fits the kernel-efficiency fields (achieved FLOPs per warp per clock of fuseplanner's kernels, the L2 "
+        "fraction of fused kernels' weight re-reads) to the measurements in validation results files.",
     )
     p.add_argument("--gpu", default="auto", help="spec to start from: 'auto' detects this GPU (default), or a name/path")
     p.add_argument("--out", default=None, help="TOML to write (default: SPEC_calibrated.toml)")
     p.add_argument("--device", type=int, default=0, help="CUDA device index (default 0)")
     p.add_argument("--json", action="store_true", help="print the measurements as JSON on stdout")
+    p.add_argument("--from-results", nargs="+", metavar="RESULTS_JSON", default=None,
+                   help="fit the kernel-efficiency fields to these `fuseplanner validate` results (no GPU); "
+                   "--gpu then names the spec they were measured with (default: the one in the first file)")
+    p.add_argument("--model", default=None, help="with --from-results: the ONNX model the results were "
+                   "measured on, when not the bundled model they name")
     p.set_defaults(func=run)
 
 
@@ -46,7 +53,39 @@ def _table(cal, base) -> None:
     Console().print(t)
 
 
+def _from_results(args: argparse.Namespace) -> int:
+    from .. import fit, specs
+    from ..calibrate import spec_dict, to_toml
+    from ..errors import FusePlannerError
+
+    if args.gpu == "auto":
+        try:
+            args.gpu = json.loads(Path(args.from_results[0]).read_text())["meta"]["gpu"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise FusePlannerError(f"{args.from_results[0]}: not a fuseplanner results.json ({exc})") from None
+    base = specs.gpu(args.gpu)
+    samples = fit.load_samples(args.from_results, args.model)
+    result = fit.fit_spec(base, samples)
+    out = Path(args.out or f"{base.name}_fitted.toml")
+    d = spec_dict(base)
+    d.pop("name", None)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(to_toml(d, result.values, fit.notes(result, args.from_results)))
+    if args.json:
+        sys.stdout.write(json.dumps({**result.as_dict(), "spec": str(out)}, indent=1) + "\n")
+        return 0
+    for k, v in result.values.items():
+        sys.stdout.write(f"{k} = {v:g}\n")
+    b, a = result.before, result.after
+    dec = f", fuse decisions agreeing {b['decisions']:.1f}% -> {a['decisions']:.1f}%" if "decisions" in a else ""
+    sys.stdout.write(f"{result.n_time} records: median time APE {b['time']:.1f}% -> {a['time']:.1f}%, "
+                     f"GMA {b['gma']:.1f}% -> {a['gma']:.1f}%{dec}\nwrote {out}\n")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.from_results:
+        return _from_results(args)
     from ..calibrate import calibrate, write_spec
     from ..kernels import require_device
 

@@ -43,8 +43,22 @@ def register(subparsers) -> None:
                    help="pin a graph input shape, e.g. input=1x3x224x224 (repeatable)")
     p.add_argument("--from-results", metavar="RESULTS_JSON",
                    help="regenerate report.md and plots from a saved results.json (no GPU needed)")
+    p.add_argument("--repredict", action="store_true",
+                   help="with --from-results: recompute our model's predictions (and fuse decisions) with the current "
+                   "cost model and --gpu (default: the spec the results name) before reporting")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.set_defaults(func=run)
+
+
+def _repredicted(args: argparse.Namespace, out: Path) -> dict:
+    from .. import fit, specs
+    from ..report import load_results, write_report
+
+    data = load_results(args.from_results)
+    spec = specs.gpu(data["meta"]["gpu"]) if args.gpu == "auto" else resolve_gpu(args.gpu)
+    fresh = fit.repredict(data, spec)
+    fresh.pop("summary", None)
+    return write_report(fresh, out)
 
 
 def resolve_gpu(name: str):
@@ -99,6 +113,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.from_results:
         out = Path(args.out or Path(args.from_results).parent)
+        if args.repredict:
+            summary = _repredicted(args, out)
+            _emit(args, summary, out)
+            return 0
         summary = report_from_results(args.from_results, out)
         _emit(args, summary, out)
         return 0

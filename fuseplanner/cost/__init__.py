@@ -4,6 +4,7 @@ fused (FCM) kernels for a tile, dtype, batch and GPU. Pure functions; see docs/c
     estimate(kind, ops, tile, dtype, batch, gpu, *, model="ours", residual=False, precision="fp32")
     estimate_op(op, dtype, batch, gpu)           # ops without a planned tile
     compulsory(kind, ops, dtype, batch)          # the bytes no kernel can avoid
+    best_tile(kind, ops, feasible, ...)          # the planner's search: index of the best tile by an objective
 """
 
 from __future__ import annotations
@@ -17,14 +18,15 @@ from ..specs import GpuSpec
 from ..specs import gpu as _gpu
 from . import paper
 from .layers import VIEW_OPS, stream_cost
-from .model import MEMBERS, context, estimate_ours
-from .time import blocks_per_sm
+from .model import MEMBERS, PIPELINE_DEPTH, PRECISIONS, context, dram_traffic, estimate_ours, l1_filtered
+from .time import blocks_per_sm, kernel_time, mma_rate, warp_rates
 from .traffic import span_union
+from .work import PARAM_BYTES, whole_bytes
 
 KINDS = tuple(MEMBERS)
 MODELS = ("ours", "paper")
 
-__all__ = ["KINDS", "MODELS", "compulsory", "estimate", "estimate_op"]
+__all__ = ["KINDS", "MODELS", "best_tile", "compulsory", "estimate", "estimate_op"]
 
 
 def estimate(
@@ -54,6 +56,90 @@ def estimate(
     if model == "paper":
         return _estimate_paper(kind, tuple(ops), tile, dtype, batch, spec, residual, precision)
     raise PlanError(f"unknown cost model {model!r}: use ours or paper")
+
+
+OBJECTIVES = ("time", "gma", "dram")
+
+
+def best_tile(
+    kind: str,
+    ops: Sequence[Op],
+    feasible: Sequence[tuple[Tile, int, int]],
+    dtype: str,
+    batch: int,
+    gpu: GpuSpec,
+    objective: str,
+    *,
+    residual: bool = False,
+    precision: str = "fp32",
+) -> tuple[int | None, tuple[float, float, float, float] | None, int | None]:
+    """The planner's tile search under the ``ours`` model, without building a `Cost` per tile.
+
+    `feasible` is `tiles.feasible_candidates` (tiles that pass `tiles.check`, with their shared
+    memory and registers). Every tile is ranked by ``(metric, time_s, gma_bytes, dram_bytes)`` of
+    the `Cost` that `estimate` would return for it, the first in order winning ties; tiles for
+    which `estimate` reports no block fitting on an SM are skipped. Returns (index of the best tile,
+    its rank, index of the first skipped tile), None where there is none.
+
+    The numbers come from the same calls, with the same arguments, as in `model.estimate_ours`:
+    keep the two in step (tests/test_tile_search.py compares this search with a brute-force one over
+    `estimate`, and the planner checks the winner's rank against its `estimate`). Tiles that differ
+    only in their thread count share one `Work` (a launch's traffic and FLOPs depend on th, tw, tf
+    and tc only; `feasible` lists them consecutively) and, at equal occupancy, its DRAM traffic.
+    The search is exact; it only skips work that cannot change the result: for the "gma" objective
+    a tile whose L2-level bytes exceed the best so far is not timed, for "dram" one whose DRAM
+    bytes exceed the best so far (its rank is larger whatever its time).
+    """
+    if objective not in OBJECTIVES:
+        raise PlanError(f"unknown objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
+    if precision not in PRECISIONS:
+        raise PlanError(f"unknown precision {precision!r}: use fp32 or tf32")
+    if batch < 1:
+        raise PlanError(f"batch must be at least 1, got {batch}")
+    km = context(kind, tuple(ops), dtype)
+    work = km.work
+    hw = gpu.hw
+    sms = hw.sm_count
+    mma = mma_rate(dtype, precision, hw)
+    rates = warp_rates(kind, dtype, precision, hw)
+    depth = PIPELINE_DEPTH.get(kind, 1)
+    by_time, by_gma = objective == "time", objective == "gma"
+    occupancy: dict[tuple[int, int, int], int] = {}
+    best: tuple[float, float, float, float] | None = None
+    best_i = skipped = None
+    shape = None  # (th, tw, tf, tc) of the tiles whose Work is `w`
+    w = gma = None
+    dram_by_bps: dict[int, tuple[float, float]] = {}
+    for i, (tile, smem, regs) in enumerate(feasible):
+        threads = tile.threads
+        key = (smem, threads, regs)
+        bps = occupancy.get(key)
+        if bps is None:
+            bps = occupancy[key] = blocks_per_sm(smem, threads, regs, hw)[0]
+        if bps < 1:
+            if skipped is None:
+                skipped = i
+            continue
+        key = (tile.th, tile.tw, tile.tf, tile.tc)
+        if key != shape:  # tiles that differ only in threads move and compute the same (one Work)
+            shape = key
+            w = l1_filtered(work(tile, batch, residual), hw)
+            gma = whole_bytes(w.gma_read / 32.0) + whole_bytes(w.gma_write / 32.0)
+            dram_by_bps.clear()
+        if by_gma and best is not None and gma > best[0]:
+            continue
+        dram_rw = dram_by_bps.get(bps)
+        if dram_rw is None:
+            dram_rw = dram_by_bps[bps] = dram_traffic(w, sms * bps, hw)
+        dram_r, dram_w = dram_rw
+        dram = dram_r + dram_w
+        if not by_time and not by_gma and best is not None and dram > best[0]:
+            continue
+        t = kernel_time(w, dram_r + dram_w, bps, threads, hw, mma, rates, depth)
+        r = (t if by_time else gma if by_gma else dram, t, gma, dram)
+        if best is None or r < best:
+            best, best_i = r, i
+    return best_i, best, skipped
 
 
 def _estimate_paper(
@@ -106,7 +192,8 @@ def estimate_op(op: Op, dtype: str, batch: int, gpu: GpuSpec | str, *, precision
 
 def compulsory(kind: str, ops: Sequence[Op], dtype: str, batch: int, residual: bool = False) -> dict[str, float]:
     """Bytes every kernel of this kind must move at least, whatever its tile (exact element bytes, no
-    sector rounding): the input elements some output needs, the weights and biases, the residual (0
+    sector rounding): the input elements some output needs, the weights and biases (fp32 biases, and
+    fp32 weights except in the pw/linear kernel: `work.PARAM_BYTES`), the residual (0
     when it is the block's own input, as in a pw_dw_pw inverted residual) and the output. The
     intermediate tensors of a fused kind are not included."""
     km = context(kind, tuple(ops), dtype)
@@ -120,12 +207,13 @@ def compulsory(kind: str, ops: Sequence[Op], dtype: str, batch: int, residual: b
         need = first.c * rows * cols
     else:
         need = first.c * first.ho * first.wo
-    weights = sum(g.weight_elems + (g.co if g.bias else 0) for g in gs)
+    we = e if kind in ("pw", "linear") else PARAM_BYTES  # only the pw/linear kernel keeps weights in the dtype
+    weights = sum(g.weight_elems * we + (g.co * PARAM_BYTES if g.bias else 0) for g in gs)
     out = last.out_elems * batch * e
     res_is_input = getattr(km, "res_is_input", False)  # a pw_dw_pw block adding its own input
     return {
         "input": float(need * batch * e),
-        "weights": float(weights * e),
+        "weights": float(weights),
         "residual": float(out) if residual and not res_is_input else 0.0,
         "output": float(out),
     }

@@ -13,6 +13,7 @@ from ..ir import Tile
 from .shapes import Geom
 from .traffic import sectors
 from .work import (
+    PARAM_BYTES,
     KernelModel,
     Work,
     block_split_sectors,
@@ -30,17 +31,17 @@ def halo(g: Geom, th: int, tw: int) -> tuple[int, int]:
     return (th - 1) * g.sh + (g.kh - 1) * g.dil_h + 1, (tw - 1) * g.sw + (g.kw - 1) * g.dil_w + 1
 
 
-def dw_weight_sectors(g: Geom, part: int, e: int) -> float:
-    """Sectors of reading all DW filters (and biases) in parts of `part` channels."""
+def dw_weight_sectors(g: Geom, part: int) -> float:
+    """Sectors of reading all DW filters (and biases), fp32, in parts of `part` channels."""
     k2 = g.kh * g.kw
-    s = block_split_sectors(g.co * k2, part * k2, e)
-    return s + block_split_sectors(g.co, part, e) if g.bias else s
+    s = block_split_sectors(g.co * k2, part * k2, PARAM_BYTES)
+    return s + block_split_sectors(g.co, part, PARAM_BYTES) if g.bias else s
 
 
-def dw_weight_unique(g: Geom, e: int) -> float:
-    """Bytes of the DW filters and bias, whole sectors."""
+def dw_weight_unique(g: Geom) -> float:
+    """Bytes of the DW filters and bias (fp32), whole sectors."""
     k2 = g.kh * g.kw
-    return 32.0 * (sectors(g.co * k2 * e) + (sectors(g.co * e) if g.bias else 0))
+    return 32.0 * (sectors(g.co * k2 * PARAM_BYTES) + (sectors(g.co * PARAM_BYTES) if g.bias else 0))
 
 
 def input_planes(g: Geom, tf: int) -> int:
@@ -53,8 +54,8 @@ def input_planes(g: Geom, tf: int) -> int:
 
 class DwModel(KernelModel):
     def setup(self) -> None:
-        g, e = self.gs[0], self.e
-        self.w_unique = dw_weight_unique(g, e)
+        g = self.gs[0]
+        self.w_unique = dw_weight_unique(g)
         self.flops = 2.0 * g.macs
 
     def spatial(self, th: int, tw: int) -> tuple:
@@ -65,7 +66,7 @@ class DwModel(KernelModel):
 
     def channel(self, tf: int, tc: int) -> tuple:
         g = self.gs[0]
-        return cdiv(g.co, tf), input_planes(g, tf), dw_weight_sectors(g, tf, self.e)
+        return cdiv(g.co, tf), input_planes(g, tf), dw_weight_sectors(g, tf)
 
     def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
         g, e = self.gs[0], self.e

@@ -26,6 +26,7 @@ from .pw import input_unique, pw_weight_sectors, pw_weight_unique
 from .shapes import Geom
 from .traffic import row_sectors, span_total
 from .work import (
+    PARAM_BYTES,
     KernelModel,
     Work,
     block_split_sectors,
@@ -52,10 +53,10 @@ def expansion_window(gp: Geom, gd: Geom, th: int, tw: int, e: int) -> tuple[floa
     return rows * col_sec, rows, cols
 
 
-def whole_weight_sectors(g: Geom, tc: int, e: int) -> float:
-    """Sectors of one block reading a whole first-layer [co, c] weight (and bias), tc rows at a time."""
-    s = block_split_sectors(g.co * g.c, tc * g.c, e)
-    return s + block_split_sectors(g.co, tc, e) if g.bias else s
+def whole_weight_sectors(g: Geom, tc: int) -> float:
+    """Sectors of one block reading a whole first-layer [co, c] fp32 weight (and bias), tc rows at a time."""
+    s = block_split_sectors(g.co * g.c, tc * g.c, PARAM_BYTES)
+    return s + block_split_sectors(g.co, tc, PARAM_BYTES) if g.bias else s
 
 
 class FusedModel(KernelModel):
@@ -64,18 +65,17 @@ class FusedModel(KernelModel):
     res_is_input = False
 
     def setup(self) -> None:
-        e = self.e
         self.first, self.last = self.gs[0], self.gs[-1]
-        self.w_unique = sum(dw_weight_unique(g, e) if g.depthwise else pw_weight_unique(g, e) for g in self.gs)
+        self.w_unique = sum(dw_weight_unique(g) if g.depthwise else pw_weight_unique(g, PARAM_BYTES) for g in self.gs)
         self.useful = 2.0 * sum(g.macs for g in self.gs)
 
-    def assemble(self, b: int, residual: bool, read: float, out: float, nf: int, nsp: int, iters: int,
-                 cuda: float, mma: float, in_unique: float) -> Work:  # fmt: skip
-        """Work from per-image sector counts and FLOPs."""
+    def assemble(self, b: int, residual: bool, read: float, wread: float, out: float, nf: int, nsp: int,
+                 iters: int, cuda: float, mma: float, in_unique: float) -> Work:  # fmt: skip
+        """Work from per-image sector counts (activation reads, weight reads, output) and FLOPs."""
         e, first, last = self.e, self.first, self.last
         out_u = tensor_bytes(b * last.out_elems, e)
         return Work(
-            gma_read=32.0 * b * (read + (out if residual else 0.0)),
+            gma_read=32.0 * b * (read + wread + (out if residual else 0.0)),
             gma_write=32.0 * b * out,
             in_unique=in_unique,
             w_unique=self.w_unique,
@@ -90,6 +90,7 @@ class FusedModel(KernelModel):
             blocks=nsp * nf * b,
             nf=nf,
             nsp=nsp,
+            w_read=32.0 * b * wread,
         )
 
 
@@ -103,13 +104,13 @@ class PwDwModel(FusedModel):
 
     def channel(self, tf: int, tc: int) -> tuple:
         gp, gd = self.gs
-        return cdiv(gd.co, tf), pw_weight_sectors(gp, tf, tc, self.e) + dw_weight_sectors(gd, tf, self.e), cdiv(gp.c, tc) + 1
+        return cdiv(gd.co, tf), pw_weight_sectors(gp, tf, tc, PARAM_BYTES) + dw_weight_sectors(gd, tf), cdiv(gp.c, tc) + 1
 
     def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
         gp, gd = self.gs
         nsp, in_s, out, pw_done = sp
         nf, w_sec, iters = ch
-        return self.assemble(b, residual, nf * in_s + nsp * w_sec, out, nf, nsp, iters,
+        return self.assemble(b, residual, nf * in_s, nsp * w_sec, out, nf, nsp, iters,
                              2.0 * gd.macs, pw_done, input_unique(gp, self.e, b))  # fmt: skip
 
 
@@ -124,14 +125,13 @@ class DwPwModel(FusedModel):
 
     def channel(self, tf: int, tc: int) -> tuple:
         gd, gp = self.gs
-        return cdiv(gp.co, tf), dw_weight_sectors(gd, tc, self.e), pw_weight_sectors(gp, tf, tc, self.e), cdiv(gd.c, tc)
+        return cdiv(gp.co, tf), dw_weight_sectors(gd, tc), pw_weight_sectors(gp, tf, tc, PARAM_BYTES), cdiv(gd.c, tc)
 
     def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
         gd, gp = self.gs
         nsp, in_s, in_u, out = sp
         nf, w_dw, w_pw, iters = ch
-        read = nf * in_s + nsp * (nf * w_dw + w_pw)
-        return self.assemble(b, residual, read, out, nf, nsp, iters,
+        return self.assemble(b, residual, nf * in_s, nsp * (nf * w_dw + w_pw), out, nf, nsp, iters,
                              nf * 2.0 * gd.macs, 2.0 * gp.macs, whole_bytes(b * in_u))  # fmt: skip
 
 
@@ -148,14 +148,13 @@ class PwPwModel(FusedModel):
         g1, g2 = self.gs
         e = self.e
         out = out_tokens_sectors(g2, tf, e) if g2.tokens_major else 0.0
-        return cdiv(g2.co, tf), whole_weight_sectors(g1, tc, e), pw_weight_sectors(g2, tf, tc, e), out, cdiv(g1.co, tc) + 1
+        return cdiv(g2.co, tf), whole_weight_sectors(g1, tc), pw_weight_sectors(g2, tf, tc, PARAM_BYTES), out, cdiv(g1.co, tc) + 1
 
     def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
         g1, g2 = self.gs
         nsp, in_s, out_s = sp
         nf, w1, w2, out_c, iters = ch
-        read = nf * in_s + nsp * (nf * w1 + w2)
-        return self.assemble(b, residual, read, out_s + out_c, nf, nsp, iters,
+        return self.assemble(b, residual, nf * in_s, nsp * (nf * w1 + w2), out_s + out_c, nf, nsp, iters,
                              0.0, nf * 2.0 * g1.macs + 2.0 * g2.macs, input_unique(g1, self.e, b))  # fmt: skip
 
 
@@ -174,14 +173,12 @@ class PwDwPwModel(FusedModel):
 
     def channel(self, tf: int, tc: int) -> tuple:
         g1, gd, g2 = self.gs
-        e = self.e
-        per_tile = whole_weight_sectors(g1, tc, e) + dw_weight_sectors(gd, tc, e)
-        return cdiv(g2.co, tf), per_tile, pw_weight_sectors(g2, tf, tc, e), cdiv(g1.co, tc) + 1
+        per_tile = whole_weight_sectors(g1, tc) + dw_weight_sectors(gd, tc)
+        return cdiv(g2.co, tf), per_tile, pw_weight_sectors(g2, tf, tc, PARAM_BYTES), cdiv(g1.co, tc) + 1
 
     def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
         g1, gd, g2 = self.gs
         nsp, in_s, out, pw1_done = sp
         nf, w_rep, w3, iters = ch
-        read = nf * in_s + nsp * (nf * w_rep + w3)
-        return self.assemble(b, residual, read, out, nf, nsp, iters,
+        return self.assemble(b, residual, nf * in_s, nsp * (nf * w_rep + w3), out, nf, nsp, iters,
                              nf * 2.0 * gd.macs, nf * pw1_done + 2.0 * g2.macs, input_unique(g1, self.e, b))  # fmt: skip

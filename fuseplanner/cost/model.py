@@ -13,7 +13,7 @@ from .dw import DwModel
 from .fused import DwPwModel, PwDwModel, PwDwPwModel, PwPwModel
 from .pw import PwModel
 from .shapes import geom
-from .time import blocks_per_sm, kernel_time, mma_rate
+from .time import blocks_per_sm, kernel_time, mma_rate, warp_rates
 from .traffic import dram_write_bytes, miss_fraction
 from .work import KernelModel, Work, cdiv, whole_bytes
 
@@ -88,6 +88,18 @@ def dram_traffic(w: Work, conc: int, hw: Hw) -> tuple[float, float]:
     return reads + extra, dram_write_bytes(w.out_unique, reads + w.out_unique, cap)
 
 
+def l1_filtered(w: Work, hw: Hw) -> Work:
+    """`w` with a fused kernel's per-block weight re-reads cut to the fraction that reaches L2
+    (`fused_weight_l2_fraction`; measured with Nsight Compute on the H100, most of them hit L1), never
+    below one read of every weight."""
+    if not w.w_read:
+        return w
+    share = hw.fused_w_l2 * w.w_read
+    keep = max(share, min(w.w_unique, w.w_read))
+    # the blocks wait for their share of the reads; the floor is a total, not a per-block cost
+    return w._replace(gma_read=w.gma_read - w.w_read + keep, w_read=keep, ld_read=w.gma_read - w.w_read + share)
+
+
 def estimate_ours(
     kind: str, ops: Sequence[Op], tile: Tile, dtype: str, batch: int, gpu: GpuSpec, residual: bool, precision: str
 ) -> Cost:
@@ -106,11 +118,12 @@ def estimate_ours(
     bps, limiter = blocks_per_sm(smem, tile.threads, regs, hw)
     if bps < 1:
         return Cost(feasible=False, reason=f"{kind} {tile}: no block fits on an SM ({limiter})")
-    w = km.work(tile, batch, residual)
+    w = l1_filtered(km.work(tile, batch, residual), hw)
     conc = hw.sm_count * bps
     dram_r, dram_w = dram_traffic(w, conc, hw)
     depth = PIPELINE_DEPTH.get(kind, 1)
-    t = kernel_time(w, dram_r + dram_w, bps, tile.threads, hw, mma_rate(dtype, precision, hw), depth)
+    rates = warp_rates(kind, dtype, precision, hw)
+    t = kernel_time(w, dram_r + dram_w, bps, tile.threads, hw, mma_rate(dtype, precision, hw), rates, depth)
     res = KernelResources(
         kind=kind, smem_bytes=smem, threads=tile.threads, regs_per_thread=regs, blocks=w.blocks,
         blocks_per_sm=bps, waves=w.blocks / conc, occupancy=bps * tile.threads / hw.max_threads_per_sm,

@@ -13,6 +13,7 @@ from ..ir import Tile
 from .shapes import Geom
 from .traffic import row_sectors, sectors
 from .work import (
+    PARAM_BYTES,
     KernelModel,
     Work,
     block_split_sectors,
@@ -27,15 +28,16 @@ from .work import (
 )
 
 
-def pw_weight_sectors(g: Geom, tf: int, tc: int, e: int) -> float:
-    """Sectors of all filter tiles reading their weight rows in tc chunks, plus their biases."""
-    s = matrix_chunk_sectors(g.co, g.c, tc, e)
-    return s + block_split_sectors(g.co, tf, e) if g.bias else s
+def pw_weight_sectors(g: Geom, tf: int, tc: int, we: int) -> float:
+    """Sectors of all filter tiles reading their weight rows (`we` bytes each) in tc chunks, plus
+    their fp32 biases."""
+    s = matrix_chunk_sectors(g.co, g.c, tc, we)
+    return s + block_split_sectors(g.co, tf, PARAM_BYTES) if g.bias else s
 
 
-def pw_weight_unique(g: Geom, e: int) -> float:
-    """Bytes of the PW/linear weight matrix and bias, whole sectors."""
-    return 32.0 * (sectors(g.co * g.c * e) + (sectors(g.co * e) if g.bias else 0))
+def pw_weight_unique(g: Geom, we: int) -> float:
+    """Bytes of the PW/linear weight matrix (`we` bytes per element) and fp32 bias, whole sectors."""
+    return 32.0 * (sectors(g.co * g.c * we) + (sectors(g.co * PARAM_BYTES) if g.bias else 0))
 
 
 def input_unique(g: Geom, e: int, b: int) -> float:

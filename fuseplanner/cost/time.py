@@ -1,28 +1,33 @@
 """Resources, occupancy and predicted time of one kernel launch.
 
-time = launch + sum over waves of  max(iters * latency / depth + memory [+ own compute], compute) + latency
+time = launch + sum over waves of  max(iters * latency / depth + memory + own compute, SM compute) + latency
 
-- launch: `launch_overhead_s`, the cost of an empty timed region (2.1 us measured on the H100 with
-  L2 flushed, BACKGROUND section 4): the floor under any kernel.
+- launch: `launch_overhead_s`, the cost of an empty timed region (measured by `fuseplanner calibrate`:
+  3.7 us on the H100 with L2 flushed): the floor under any kernel.
 - waves: blocks run in waves of sm_count * blocks_per_sm; the last, partial wave runs
   ceil(rest / sm_count) blocks on min(rest, sm_count) SMs (wave quantisation).
 - latency: every block runs a serial loop of `iters` chunk iterations, each waiting for one global
-  load (`mem_latency_s`); a block's loads pay latency plus transfer time (first byte after the
-  latency, the last after the bytes at the block's bandwidth share), and blocks resident on the same
-  SM overlap their latencies with each other and with compute, so a wave costs at least
-  iters * latency / depth however little data it moves (depth = chunk loads a block keeps in flight:
-  PW_STAGES - 1 for the cp.async ring of pw/linear, 1 for the single-buffered dw and fused kernels).
-  A single-buffered block cannot overlap its own loads with its own compute: its chain is
-  latency + transfer + its compute (at the lanes its threads can use); other resident blocks fill
-  the gaps, so a wave costs max(that chain, all resident blocks' compute).
-  One more latency covers the prologue/write-back. This is why a small layer at batch 1 runs 5-10x
-  above its bandwidth floor.
-- compute: an SM runs its resident blocks' FLOPs at rate/sm_count; CUDA-core FLOPs (DW) at the FP32
-  rate, PW/linear products at the tensor-core rate of the dtype (fp16 -> fp16_tc_flops, fp32 with
-  precision="tf32" -> tf32_tc_flops, else fp32_flops); a block set with fewer threads than the SM's
-  FP32 lanes (fp32_flops / (2 clock sm_count)) uses only that share of them.
+  load (`mem_latency_s`); depth = chunk loads a block keeps in flight (PW_STAGES - 1 for the cp.async
+  ring of pw/linear, 1 for the single-buffered dw and fused kernels).
 - memory: each wave moves its share of the L2-level bytes at l2_bw and of the DRAM bytes at dram_bw,
-  both split evenly over the active SMs (a wave on few SMs gets their share only).
+  both split evenly over the active SMs (a wave on few SMs gets their share only); and a block's
+  reads take at least its bytes / (warps ** exponent x `warp_load_bytes_per_cycle` x clock): a warp
+  keeps only so many bytes in flight (Little's law), so a block with few warps that stages a large
+  window (a fused block with a small filter tile) is load-bound whatever the chip's bandwidth.
+- own compute: one block's FLOPs at the rate its warps actually achieve in fuseplanner's kernels,
+  `*_warp_flops_per_cycle` x clock x warps ** exponent (DW stencil FLOPs at the DW rate of the
+  storage dtype, PW/linear products at the layer-by-layer or fused PW rate of the math mode; the
+  exponent `block_warp_exponent` for layer-by-layer kernels, `fused_block_warp_exponent` for fused
+  ones). An exponent under 1 says that doubling a block's warps does not double its rate: they share
+  the SM's shared-memory bandwidth and wait at the same barriers. These rates are a few FLOPs per
+  warp per clock, 10-50x under the issue peak: operands come from shared memory, barriers separate
+  chunks and chains are dependent. A block's chain is serial (load, wait, compute; overlapping them
+  did not fit the H100 measurements better than adding them), so a tile with few large blocks is
+  slow even when the bytes are few: this is why a small layer at batch 1 runs 5-10x above its
+  bandwidth floor, and why the tile search prefers many small blocks.
+- SM compute: an SM runs all its resident blocks' FLOPs at most at its peak rate / sm_count: CUDA-core
+  FLOPs (DW) at the FP32 rate, PW/linear products at the tensor-core rate of the dtype (fp16 ->
+  fp16_tc_flops, fp32 with precision="tf32" -> tf32_tc_flops, else fp32_flops).
 """
 
 from __future__ import annotations
@@ -53,35 +58,44 @@ def mma_rate(dtype: str, precision: str, hw: Hw) -> float:
     return hw.tf32_tc if precision == "tf32" else hw.fp32
 
 
-def _wave(per_sm: int, active: int, threads: int, lanes: float, c_blk: float, mem_blk: float, t_lat: float,
-          lat: float, serial: bool) -> float:  # fmt: skip
+def warp_rates(kind: str, dtype: str, precision: str, hw: Hw) -> tuple[float, float, float, float]:
+    """(DW stencil FLOP/s, PW product FLOP/s) one warp of this kernel kind achieves (spec
+    `*_warp_flops_per_cycle`), the exponent of the warps per block (`*block_warp_exponent`) and the
+    bytes/s one warp loads (`warp_load_bytes_per_cycle`)."""
+    half = dtype == "fp16"
+    mode = 2 if half else (1 if precision == "tf32" else 0)
+    lbl = kind in ("dw", "pw", "linear")
+    pw = hw.warp_pw if lbl else hw.warp_fused_pw
+    return hw.warp_dw[half], pw[mode], hw.warp_exp[0 if lbl else 1], hw.warp_load
+
+
+def _wave(per_sm: int, active: int, c_blk: float, mem_blk: float, t_own: float, t_ld: float, t_lat: float,
+          lat: float) -> float:  # fmt: skip
     """Seconds of one wave with `per_sm` blocks on each of `active` SMs."""
-    own = threads / lanes  # share of the SM's lanes one block can use
-    t_own = c_blk / (own if own < 1.0 else 1.0)  # one block's compute, alone on the SM
-    util = per_sm * own
-    t_cmp = per_sm * c_blk / (util if util < 1.0 else 1.0)  # all resident blocks' compute
-    t_mem = per_sm * active * mem_blk  # the wave's bytes at the wave's bandwidth
-    if serial:  # single-buffered: a block loads, waits, then computes; other blocks fill the gaps
-        return max(t_lat + t_mem + t_own, t_cmp) + lat
-    return max(t_lat + t_mem, t_cmp) + lat
+    t_mem = per_sm * active * mem_blk  # the wave's bytes at the SMs' share of bandwidth
+    chain = t_lat + (t_mem if t_mem > t_ld else t_ld) + t_own  # one block: loads, waits, computes
+    return max(chain, per_sm * c_blk) + lat  # all resident blocks' compute at the SM's peak
 
 
-def kernel_time(w: Work, dram_bytes: float, bps: int, threads: int, hw: Hw, mma: float, depth: int = 1) -> float:
-    """Predicted seconds of one launch (see the module docstring)."""
+def kernel_time(w: Work, dram_bytes: float, bps: int, threads: int, hw: Hw, mma: float,
+                rates: tuple[float, float, float, float], depth: int = 1) -> float:  # fmt: skip
+    """Predicted seconds of one launch (see the module docstring); `mma` is the SM-peak rate of the
+    PW products, `rates` the (DW, PW) FLOP/s of one warp and the warp exponent (`warp_rates`)."""
     sms = hw.sm_count
     full, rest = divmod(w.blocks, sms * bps)
     nb = float(w.blocks)
     mem_blk = max((w.gma_read + w.gma_write) / hw.l2_bw, dram_bytes / hw.dram_bw) / nb
     c_blk = (w.cuda_flops / hw.fp32 + w.mma_flops / mma) * sms / nb
-    lanes = hw.fp32 / (2.0 * hw.clock_hz * sms)
+    warps = (-(-threads // hw.warp_size)) ** rates[2]
+    t_own = (w.cuda_flops / rates[0] + w.mma_flops / rates[1]) / (nb * warps)
+    t_ld = (w.ld_read or w.gma_read) / (nb * warps * rates[3])  # one block's reads at what its warps keep in flight
     lat = hw.latency
     t_lat = w.iters * lat / depth
-    serial = depth == 1
     t = hw.launch
     if full:
-        t += full * _wave(bps, sms, threads, lanes, c_blk, mem_blk, t_lat, lat, serial)
+        t += full * _wave(bps, sms, c_blk, mem_blk, t_own, t_ld, t_lat, lat)
     if rest:
-        t += _wave(-(-rest // sms), min(rest, sms), threads, lanes, c_blk, mem_blk, t_lat, lat, serial)
+        t += _wave(-(-rest // sms), min(rest, sms), c_blk, mem_blk, t_own, t_ld, t_lat, lat)
     return t
 
 

@@ -22,6 +22,12 @@ from ..ir import Tile
 from .shapes import Geom
 from .traffic import row_sectors, row_union_sectors, sectors, span_total, span_union
 
+#: Bytes per element of the parameters that every kernel keeps in fp32 whatever the storage dtype:
+#: biases (all kernels), and the weights of the dw kernel and of every fused kernel (their products
+#: accumulate in fp32 from fp32 weights; only the pw/linear kernel stores weights in the storage dtype,
+#: as mma operands). See kernels/*.cu: `const float* w...`.
+PARAM_BYTES = 4
+
 
 class Work(NamedTuple):
     """What one kernel launch moves and computes (all batch-scaled; bytes are whole sectors)."""
@@ -41,6 +47,8 @@ class Work(NamedTuple):
     blocks: int
     nf: int  # filter tiles
     nsp: int  # spatial tiles per image
+    w_read: float = 0.0  # the part of gma_read that is per-block weight reads of a fused kernel
+    ld_read: float = 0.0  # L2-level bytes the blocks' loads wait for, when not gma_read (see model.l1_filtered)
 
 
 class KernelModel:

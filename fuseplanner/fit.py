@@ -1,0 +1,335 @@
+"""Fit a GPU spec's kernel-efficiency fields to saved validation measurements (no GPU needed).
+
+`fuseplanner validate` writes every measured kernel sequence beside the tiles it ran. This module
+replays those records through the cost model with candidate values of the fields that describe
+fuseplanner's own kernels rather than the chip (`specs.KERNEL_RATE_DEFAULTS`):
+
+- `fused_weight_l2_fraction`, from the L2 read counters of fused kernels (grid search, minimising
+  the median absolute percentage error of GMA);
+- `fuse_min_speedup`, the smallest predicted unfused/fused time ratio at which fusing agrees best
+  with the measured outcomes of the groups measured both ways;
+- the `*_warp_flops_per_cycle` rates of the math modes present in the records and the
+  `*block_warp_exponent`s, from the cold event times (Nelder-Mead on their logarithms from several
+  starts, minimising mean + median/2 of |log(predicted/measured)| plus the mean error of
+  log(fused/unfused) over the groups measured both ways, so that fuse decisions come out right).
+
+    samples = load_samples(["results.json"])
+    fit = fit_spec(spec, samples)          # fit.values -> measured overrides; fit.before / fit.after
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .calibrate import apply_measured
+from .errors import FusePlannerError, ModelError
+from .ir import Op, Tile
+
+RATE_FIELDS = {
+    ("dw", "fp32"): "dw_warp_flops_per_cycle_fp32",
+    ("dw", "fp16"): "dw_warp_flops_per_cycle_fp16",
+    ("pw", "fp32"): "pw_warp_flops_per_cycle_fp32",
+    ("pw", "tf32"): "pw_warp_flops_per_cycle_tf32",
+    ("pw", "fp16"): "pw_warp_flops_per_cycle_fp16",
+    ("fused", "fp32"): "fused_pw_warp_flops_per_cycle_fp32",
+    ("fused", "tf32"): "fused_pw_warp_flops_per_cycle_tf32",
+    ("fused", "fp16"): "fused_pw_warp_flops_per_cycle_fp16",
+}
+L2_FRACTION_FIELD = "fused_weight_l2_fraction"
+EXPONENT_FIELDS = ("block_warp_exponent", "fused_block_warp_exponent")
+EXPONENT_STARTS = (0.35, 0.9)
+LOAD_FIELD = "warp_load_bytes_per_cycle"
+THRESHOLD_FIELD = "fuse_min_speedup"
+FRACTIONS = tuple(round(0.05 * i, 2) for i in range(1, 21))
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str
+    ops: tuple[Op, ...]
+    tile: Tile
+    residual: bool
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measured kernel sequence: its launches and what was measured."""
+
+    id: str
+    kind: str
+    steps: tuple[Step, ...]
+    dtype: str
+    batch: int
+    precision: str
+    time_s: float
+    gma_bytes: float | None
+    role: str = ""
+    group: str | None = None  # "<file>:<group id>" for a fused group's records and its unfused run
+
+    @property
+    def mode(self) -> str:
+        return "fp16" if self.dtype == "fp16" else ("tf32" if self.precision == "tf32" else "fp32")
+
+    @property
+    def fused(self) -> bool:
+        return any(s.kind not in ("dw", "pw", "linear") for s in self.steps)
+
+
+@dataclass
+class Fit:
+    values: dict[str, float]
+    n_time: int
+    n_gma: int
+    before: dict[str, float] = field(default_factory=dict)  # median APE (%) of time and GMA
+    after: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"values": self.values, "n_time": self.n_time, "n_gma": self.n_gma,
+                "before": self.before, "after": self.after}  # fmt: skip
+
+
+def _steps(rec: dict, graph, batch: int) -> tuple[Step, ...]:
+    ops = [graph.op(n).with_batch(batch) for n in rec["nodes"]]
+    tiles = [Tile(**t) for t in rec["tiles"]]
+    kinds = rec["step_kinds"]
+    if len(kinds) == 1:
+        return (Step(kinds[0], tuple(ops), tiles[0], bool(rec.get("residual"))),)
+    last = len(ops) - 1
+    return tuple(Step(k, (op,), t, bool(rec.get("residual")) and i == last)
+                 for i, (k, op, t) in enumerate(zip(kinds, ops, tiles, strict=True)))  # fmt: skip
+
+
+def load_samples(paths: Iterable[str | Path], model: str | None = None) -> list[Sample]:
+    """Every correctly measured record of the results files (`model` overrides the model they name)."""
+    from .onnx_import import load_model
+
+    samples: list[Sample] = []
+    graphs: dict[str, Any] = {}
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text())
+            meta, records = data["meta"], data["records"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise FusePlannerError(f"{path}: not a fuseplanner results.json ({exc})") from None
+        name = model or meta["model"]
+        if name not in graphs:
+            try:
+                graphs[name] = load_model(name)
+            except ModelError as exc:
+                raise FusePlannerError(f"{path}: cannot load model {name!r} ({exc}); pass --model PATH") from None
+        batch = int(meta["batch"])
+        for rec in records:
+            m = rec.get("measured") or {}
+            if not m.get("time_cold_s") or not (rec.get("check") or {}).get("ok", False):
+                continue
+            samples.append(Sample(
+                id=f"{Path(path).parent.name}:{rec['id']}", kind=rec["kind"],
+                steps=_steps(rec, graphs[name], batch), dtype=meta["dtype"], batch=batch,
+                precision=meta.get("precision", "fp32"), time_s=float(m["time_cold_s"]),
+                gma_bytes=m.get("gma_bytes") if m.get("traffic") == "ncu" else None, role=rec.get("role", ""),
+                group=f"{path}:{rec['group']}" if rec.get("group") else None,
+            ))  # fmt: skip
+    return samples
+
+
+def repredict(data: dict, spec: Any, model: str | None = None) -> dict:
+    """A copy of a validation results document whose `ours` predictions are recomputed with the
+    current cost model and `spec`, and whose fuse decisions are re-derived from them: a group counts
+    as fused when its predicted unfused/fused time at the planned tile reaches `fuse_min_speedup`
+    (the planner itself might now pick another tile; the measurements are unchanged)."""
+    import copy
+
+    from .cost import estimate
+    from .ir import Cost
+    from .onnx_import import load_model
+
+    out = copy.deepcopy(data)
+    meta = out["meta"]
+    graph = load_model(model or meta["model"])
+    batch = int(meta["batch"])
+    for rec in out["records"]:
+        if not rec.get("nodes") or not rec.get("tiles") or not rec.get("step_kinds"):
+            continue
+        total = Cost()
+        for st in _steps(rec, graph, batch):
+            c = estimate(st.kind, st.ops, st.tile, meta["dtype"], batch, spec, residual=st.residual,
+                         precision=meta.get("precision", "fp32"))  # fmt: skip
+            if not c.feasible:
+                break
+            total = total + c
+        else:
+            d = total.as_dict()
+            d.pop("kernels", None)
+            rec.setdefault("predicted", {})["ours"] = d
+        (rec.get("predicted") or {}).pop("ours_uncalibrated", None)
+    tau = float(spec.eff(THRESHOLD_FIELD))
+    for g, info in out.get("groups", {}).items():
+        pf = [r["predicted"]["ours"]["time_s"] for r in out["records"]
+              if r.get("group") == g and r["role"] == "group" and (r.get("predicted") or {}).get("ours")]
+        pu = [r["predicted"]["ours"]["time_s"] for r in out["records"]
+              if r.get("group") == g and r["role"] == "unfused" and (r.get("predicted") or {}).get("ours")]
+        if pf and pu:
+            info["planner_fused"] = pu[0] >= tau * pf[0]
+    meta["models"] = [m for m in meta.get("models", ["ours", "paper"]) if m != "ours_uncalibrated"]
+    meta["calibrated"] = False
+    meta["repredicted"] = (f"`ours` predictions and fuse decisions recomputed by `fuseplanner validate --from-results "
+                           f"--repredict` with spec {spec.name} (fuse_min_speedup {tau:g}); measurements as recorded")
+    return out
+
+
+def predict(spec: Any, s: Sample) -> tuple[float, float]:
+    """(time_s, gma_bytes) the cost model predicts for a sample with `spec`."""
+    from .cost import estimate
+
+    t = g = 0.0
+    for st in s.steps:
+        c = estimate(st.kind, st.ops, st.tile, s.dtype, s.batch, spec, residual=st.residual, precision=s.precision)
+        t += c.time_s
+        g += c.gma_bytes
+    return t, g
+
+
+def _ape(pred: Sequence[float], meas: Sequence[float]) -> float:
+    p, m = np.asarray(pred), np.asarray(meas)
+    return float(np.median(np.abs(p - m) / m) * 100) if len(m) else math.nan
+
+
+def accuracy(spec: Any, samples: Sequence[Sample]) -> dict[str, float]:
+    """Median APE (%) of time over all samples and of GMA over those with counters."""
+    preds = [predict(spec, s) for s in samples]
+    with_gma = [(p[1], s.gma_bytes) for p, s in zip(preds, samples, strict=True) if s.gma_bytes]
+    return {"time": _ape([p[0] for p in preds], [s.time_s for s in samples]),
+            "gma": _ape([a for a, _ in with_gma], [b for _, b in with_gma])}  # fmt: skip
+
+
+def _rate_fields(samples: Sequence[Sample]) -> list[str]:
+    names: set[str] = {LOAD_FIELD}
+    for s in samples:
+        for st in s.steps:
+            fused = st.kind not in ("dw", "pw", "linear")
+            names.add(EXPONENT_FIELDS[fused])
+            if st.kind in ("dw", "pw_dw", "dw_pw", "pw_dw_pw"):
+                names.add(RATE_FIELDS[("dw", "fp16" if s.dtype == "fp16" else "fp32")])
+            family = "pw" if st.kind in ("pw", "linear") else ("fused" if st.kind != "dw" else None)
+            if family:
+                names.add(RATE_FIELDS[(family, s.mode)])
+    return sorted(names)
+
+
+def _fit_fraction(spec: Any, samples: Sequence[Sample]) -> float | None:
+    fused = [s for s in samples if s.fused and s.gma_bytes]
+    if not fused:
+        return None
+
+    def err(f: float) -> float:
+        sp = apply_measured(spec, {L2_FRACTION_FIELD: f})
+        return _ape([predict(sp, s)[1] for s in fused], [s.gma_bytes for s in fused])
+
+    return min(FRACTIONS, key=err)
+
+
+def decision_pairs(samples: Sequence[Sample]) -> list[tuple[int, int]]:
+    """(fused, unfused) sample indices of each group measured both ways (the planned-tile record)."""
+    fused: dict[str, int] = {}
+    unfused: dict[str, int] = {}
+    for i, s in enumerate(samples):
+        if s.group and s.role == "group":
+            fused[s.group] = i
+        elif s.group and s.role == "unfused":
+            unfused[s.group] = i
+    return [(fused[g], unfused[g]) for g in fused if g in unfused]
+
+
+def _time_loss(spec: Any, names: Sequence[str], samples: Sequence[Sample]) -> Callable[[np.ndarray], float]:
+    """mean + median/2 of |log(predicted / measured)| over the samples, plus the mean error of
+    log(fused / unfused) over the groups measured both ways (what a fuse decision rests on)."""
+    meas = np.log(np.array([s.time_s for s in samples]))
+    pairs = np.array(decision_pairs(samples), dtype=int).reshape(-1, 2)
+
+    def loss(logs: np.ndarray) -> float:
+        sp = apply_measured(spec, {n: float(math.exp(v)) for n, v in zip(names, logs, strict=True)})
+        d = np.log(np.array([predict(sp, s)[0] for s in samples])) - meas
+        r = np.abs(d)
+        pair = np.abs(d[pairs[:, 0]] - d[pairs[:, 1]]).mean() if len(pairs) else 0.0
+        return float(r.mean() + 0.5 * np.median(r) + pair)
+
+    return loss
+
+
+THRESHOLDS = tuple(round(1.0 + 0.05 * i, 2) for i in range(61))  # 1.00 .. 4.00
+
+
+def decision_agreement(spec: Any, samples: Sequence[Sample], tau: float) -> tuple[int, int]:
+    """(agreeing, total) fuse decisions over the groups measured both ways when a group is fused
+    exactly when its predicted unfused/fused time ratio reaches `tau`."""
+    pairs = decision_pairs(samples)
+    agree = 0
+    for i, j in pairs:
+        ratio = predict(spec, samples[j])[0] / predict(spec, samples[i])[0]
+        agree += (ratio >= tau) == (samples[i].time_s < samples[j].time_s)
+    return agree, len(pairs)
+
+
+def _fit_threshold(spec: Any, samples: Sequence[Sample]) -> float | None:
+    """The smallest `fuse_min_speedup` with the most agreeing decisions (None without pairs)."""
+    pairs = decision_pairs(samples)
+    if not pairs:
+        return None
+    ratios = [(predict(spec, samples[j])[0] / predict(spec, samples[i])[0], samples[i].time_s < samples[j].time_s)
+              for i, j in pairs]  # fmt: skip
+    return max(THRESHOLDS, key=lambda t: (sum((r >= t) == faster for r, faster in ratios), -t))
+
+
+def fit_spec(spec: Any, samples: Sequence[Sample], max_iter: int = 400) -> Fit:
+    """Fit the kernel-efficiency fields the samples can inform; `spec` is not changed."""
+    from scipy.optimize import minimize
+
+    if not samples:
+        raise FusePlannerError("no correctly measured records to fit")
+    values: dict[str, float] = {}
+    frac = _fit_fraction(spec, samples)
+    if frac is not None:
+        values[L2_FRACTION_FIELD] = frac
+    names = _rate_fields(samples)
+    start = apply_measured(spec, values)
+    loss = _time_loss(start, names, samples)
+    best = None
+    for exponent in (None, *EXPONENT_STARTS):  # the loss is flat along the exponents: several starts
+        x0 = np.log([exponent if (exponent and n in EXPONENT_FIELDS) else float(start.eff(n)) for n in names])
+        res = minimize(loss, x0, method="Nelder-Mead", options={"maxiter": max_iter, "xatol": 1e-3, "fatol": 1e-5})
+        if best is None or res.fun < best.fun:
+            best = res
+    fitted = {n: round(float(math.exp(v)), 3) for n, v in zip(names, best.x, strict=True)}
+    for name in EXPONENT_FIELDS:
+        if name in fitted:
+            fitted[name] = min(1.0, fitted[name])
+    values.update(fitted)
+    tau = _fit_threshold(apply_measured(spec, values), samples)
+    if tau is not None:
+        values[THRESHOLD_FIELD] = tau
+    fit = Fit(values, len(samples), sum(1 for s in samples if s.gma_bytes))
+    fit.before = accuracy(spec, samples)
+    fit.after = accuracy(apply_measured(spec, values), samples)
+    pairs = len(decision_pairs(samples))
+    if pairs:
+        fit.before["decisions"] = 100.0 * decision_agreement(spec, samples, float(spec.eff(THRESHOLD_FIELD)))[0] / pairs
+        fit.after["decisions"] = 100.0 * decision_agreement(apply_measured(spec, values), samples, tau)[0] / pairs
+    return fit
+
+
+def notes(fit: Fit, paths: Sequence[str | Path]) -> dict[str, str]:
+    """Source notes for the fitted fields."""
+    files = ", ".join(str(p) for p in paths)
+    note = (f"fuseplanner calibrate --from-results: fitted to {fit.n_time} measured kernel sequences "
+            f"({fit.n_gma} with counters) of {files}; median time APE {fit.before['time']:.1f}% -> "
+            f"{fit.after['time']:.1f}%, GMA {fit.before['gma']:.1f}% -> {fit.after['gma']:.1f}%"
+            + (f", fuse decisions agreeing {fit.before['decisions']:.1f}% -> {fit.after['decisions']:.1f}%"
+               if "decisions" in fit.after else ""))  # fmt: skip
+    return {k: note for k in fit.values}

@@ -1,0 +1,90 @@
+"""Fitting the kernel-efficiency fields to saved validation records (`fuseplanner.fit`,
+`fuseplanner calibrate --from-results`), on a real H100 run committed in docs/validation (CPU only)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fuseplanner import fit
+from fuseplanner.calibrate import apply_measured
+from fuseplanner.cli.main import main
+from fuseplanner.specs import MEASURABLE, gpu
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN = ROOT / "docs" / "validation" / "h100-mnasnet1_0-fp32-planned" / "results.json"
+SPEC = ROOT / "docs" / "validation" / "h100_calibrated.toml"
+
+
+@pytest.fixture(scope="module")
+def samples():
+    return fit.load_samples([RUN])
+
+
+def test_samples_follow_the_records(samples):
+    records = json.loads(RUN.read_text())["records"]
+    usable = [r for r in records if (r.get("measured") or {}).get("time_cold_s") and r["check"]["ok"]]
+    assert len(samples) == len(usable) > 10
+    for s, r in zip(samples, usable, strict=True):
+        assert s.time_s == r["measured"]["time_cold_s"]
+        assert [op.name for st in s.steps for op in st.ops] == r["nodes"]
+        # a group is one fused launch, its unfused run one launch per member
+        assert len(s.steps) == (1 if r["role"] in ("layer", "group", "tile") else len(r["nodes"]))
+        assert s.gma_bytes == r["measured"]["gma_bytes"]  # this run had counters
+
+
+def test_decision_pairs_match_group_and_unfused_records(samples):
+    pairs = fit.decision_pairs(samples)
+    assert pairs
+    for i, j in pairs:
+        assert samples[i].role == "group" and samples[j].role == "unfused"
+        assert samples[i].group == samples[j].group
+        assert [op.name for op in samples[i].steps[0].ops] == [op.name for st in samples[j].steps for op in st.ops]
+
+
+def test_decision_agreement_counts_outcomes(samples):
+    spec = gpu(str(SPEC))
+    pairs = fit.decision_pairs(samples)
+    slower = sum(samples[i].time_s >= samples[j].time_s for i, j in pairs)  # fused measured no faster
+    # a threshold no prediction reaches fuses nothing: it agrees exactly where fusing did not pay
+    assert fit.decision_agreement(spec, samples, 1e9) == (slower, len(pairs))
+    # fusing every group agrees exactly where it paid
+    assert fit.decision_agreement(spec, samples, 0.0) == (len(pairs) - slower, len(pairs))
+
+
+def test_fit_moves_only_measurable_fields_and_keeps_them_valid(samples):
+    spec = gpu(str(SPEC))
+    result = fit.fit_spec(spec, samples, max_iter=30)
+    assert set(result.values) <= set(MEASURABLE)
+    assert "fuse_min_speedup" in result.values and result.values["fuse_min_speedup"] in fit.THRESHOLDS
+    assert "fused_weight_l2_fraction" in result.values  # fused groups with counters are present
+    for name in fit.EXPONENT_FIELDS:
+        if name in result.values:
+            assert 0 < result.values[name] <= 1
+    fitted = apply_measured(spec, result.values)  # the values form a valid spec
+    assert fitted.eff("fuse_min_speedup") == result.values["fuse_min_speedup"]
+    # the chosen threshold agrees with the measurements at least as often as fusing at any gain
+    at_one = fit.decision_agreement(fitted, samples, 1.0)[0]
+    assert fit.decision_agreement(fitted, samples, result.values["fuse_min_speedup"])[0] >= at_one
+
+
+def test_calibrate_from_results_writes_a_loadable_spec(tmp_path, capsys):
+    out = tmp_path / "fitted.toml"
+    assert main(["calibrate", "--from-results", str(RUN), "--gpu", str(SPEC), "--out", str(out), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    spec = gpu(str(out))
+    for name, value in shown["values"].items():
+        assert spec.measured[name] == value
+        assert "calibrate --from-results" in spec.sources[f"measured.{name}"]
+    assert spec.sm_count == 132  # the starting spec's fields are kept
+
+
+def test_calibrate_from_results_bad_file_is_one_error_line(tmp_path, capsys):
+    bad = tmp_path / "results.json"
+    bad.write_text("{not json")
+    assert main(["calibrate", "--from-results", str(bad), "--gpu", "h100", "--out", str(tmp_path / "x.toml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "results.json" in err[0]
+    assert not (tmp_path / "x.toml").exists()

@@ -1,0 +1,143 @@
+"""The fast tile search against brute force: `tiles.feasible_candidates` against `candidate_grid` +
+`check`, and `cost.best_tile` (ranks without a `Cost` per tile, skips timing tiles that already lose
+on the gma or dram objective) against a full `estimate` of every candidate.
+
+`best_tile` repeats the arithmetic of `cost.model.estimate_ours`; these tests fail when the two drift
+apart (the planner would then fall back to the slow search, counting `TileSearch.mismatches`).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_cost_properties import groups
+
+from fuseplanner import planner, tiles
+from fuseplanner.cost import best_tile, estimate
+from fuseplanner.graph import find_candidates
+from fuseplanner.specs import GpuSpec, gpu
+
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+OBJECTIVES = ("time", "gma", "dram")
+specs = st.sampled_from(["h100", "gtx1660", "orin", "t4", "rtx_a4000"])
+
+
+def _rank(c, objective):
+    return (c.metric(objective), c.time_s, c.gma_bytes, c.dram_bytes)
+
+
+def brute_force(kind, ops, dtype, batch, spec, objective, residual=False, precision="fp32"):
+    """(tile, rank, reason of the first infeasible tile) of the exhaustive search over `estimate`,
+    the first tile in candidate order winning ties (the planner's rule)."""
+    best = best_tile_ = None
+    why = ""
+    for t in tiles.candidates(kind, ops, dtype, spec):
+        c = estimate(kind, ops, t, dtype, batch, spec, residual=residual, precision=precision)
+        if not c.feasible:
+            why = why or c.reason
+            continue
+        r = _rank(c, objective)
+        if best is None or r < best:
+            best, best_tile_ = r, t
+    return best_tile_, best, why
+
+
+def fast(kind, ops, dtype, batch, spec, objective, residual=False, precision="fp32"):
+    feasible = tiles.feasible_candidates(kind, ops, dtype, spec)
+    i, rank, skipped = best_tile(kind, ops, feasible, dtype, batch, spec, objective, residual=residual, precision=precision)
+    return (None if i is None else feasible[i][0]), rank, skipped
+
+
+@SETTINGS
+@given(groups(), st.sampled_from(["fp32", "fp16"]), specs)
+def test_feasible_candidates_are_the_grid_tiles_check_accepts(group, dtype, spec_name):
+    kind, ops = group
+    spec = gpu(spec_name)
+    want = [t for t in tiles.candidate_grid(kind, ops) if tiles.check(kind, ops, t, dtype, spec) is None]
+    got = tiles.feasible_candidates(kind, ops, dtype, spec)
+    assert [t for t, _, _ in got] == want == tiles.candidates(kind, ops, dtype, spec)
+    for t, smem, regs in got:
+        assert smem == tiles.smem_bytes(kind, ops, t, dtype)
+        assert regs == tiles.regs_per_thread(kind, t)
+
+
+@SETTINGS
+@given(groups(), st.sampled_from(["fp32", "fp16"]), specs, st.sampled_from(OBJECTIVES), st.integers(1, 4),
+       st.booleans(), st.sampled_from(["fp32", "tf32"]))  # fmt: skip
+def test_best_tile_equals_brute_force(group, dtype, spec_name, objective, batch, residual, precision):
+    kind, ops = group
+    spec = gpu(spec_name)
+    precision = precision if dtype == "fp32" else "fp32"
+    want_tile, want_rank, _ = brute_force(kind, ops, dtype, batch, spec, objective, residual, precision)
+    tile, rank, _ = fast(kind, ops, dtype, batch, spec, objective, residual, precision)
+    assert (tile, rank) == (want_tile, want_rank)
+
+
+def _jobs(graph):
+    """Every distinct (kind, ops, residual) search the planner runs for `graph`."""
+    ops = {op.name: op for op in graph.ops()}
+    jobs = [(op.kind, (op,), "add" in op.epilogue) for op in ops.values() if op.kind in planner.TILED_KINDS]
+    jobs += [planner._group_job(c, ops) for c in find_candidates(graph).groups]
+    return list({planner.search_key(*j): j for j in jobs}.values())
+
+
+@pytest.mark.parametrize(
+    "name, gpu_name, dtype, objective, step",
+    [
+        ("mobilenet_v2", "h100", "fp32", "time", 3),
+        ("mobilenet_v2", "gtx1660", "fp16", "gma", 5),
+        ("mobilenet_v2", "h100", "fp32", "dram", 5),
+        ("mobilevit_xxs", "h100", "fp32", "time", 4),
+        ("mobilevit_xxs", "a100_80gb", "fp16", "dram", 7),
+    ],
+)
+def test_planner_search_equals_brute_force_on_bundled_models(name, gpu_name, dtype, objective, step):
+    from test_planner import _bundled
+
+    spec = gpu(gpu_name)
+    jobs = _jobs(_bundled(name))
+    kinds = {kind for kind, _, _ in jobs}
+    sample = jobs[::step] + [next(j for j in jobs if j[0] == k) for k in sorted(kinds)]  # every kind at least once
+    search = planner.TileSearch(spec, dtype, 1, objective)
+    assert search._best_tile is not None  # the fast path is on with the real cost model
+    for kind, ops, residual in sample:
+        got = search._search(kind, ops, residual)
+        want = search._search_estimate(kind, ops, residual, tiles.candidates(kind, ops, dtype, spec))
+        assert got == want, (kind, [op.name for op in ops], residual)
+    assert search.mismatches == 0
+
+
+def _cramped(spec: GpuSpec) -> GpuSpec:
+    """`spec` reserving so much shared memory per block that tiles using most of the per-block limit
+    fit no block on an SM (`estimate` rejects them, `tiles.check` does not)."""
+    d = spec.model_dump()
+    d["smem_reserved_per_block_bytes"] = spec.smem_per_sm_bytes - spec.smem_per_block_bytes // 4
+    return GpuSpec(**d)
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_tiles_without_a_resident_block_are_skipped(objective):
+    from opfactory import dw, pw
+
+    spec = _cramped(gpu("h100"))
+    for kind, ops in [("dw", (dw(96, 56, 56),)), ("pw_dw_pw", (pw(24, 144, 28, 28), dw(144, 28, 28), pw(144, 24, 28, 28)))]:
+        feasible = tiles.feasible_candidates(kind, ops, "fp32", spec)
+        _, _, skipped = best_tile(kind, ops, feasible, "fp32", 1, spec, objective)
+        assert skipped is not None  # some candidates are rejected by `estimate`, not by `check`
+        want_tile, want_rank, _ = brute_force(kind, ops, "fp32", 1, spec, objective)
+        tile, rank, _ = fast(kind, ops, "fp32", 1, spec, objective)
+        assert (tile, rank) == (want_tile, want_rank)
+
+
+def test_no_resident_block_at_all_gives_the_estimate_reason():
+    from opfactory import dw
+
+    d = gpu("h100").model_dump()
+    d["smem_reserved_per_block_bytes"] = d["smem_per_sm_bytes"]  # no block ever fits
+    spec = GpuSpec(**d)
+    ops = (dw(32, 14, 14),)
+    search = planner.TileSearch(spec, "fp32", 1, "time")
+    got = search._search("dw", ops, False)
+    want = search._search_estimate("dw", ops, False, tiles.candidates("dw", ops, "fp32", spec))
+    assert got == want and not got.feasible and "no block fits on an SM" in got.reason
