@@ -19,7 +19,7 @@ fuseplanner's own kernels rather than the chip (`specs.KERNEL_RATE_DEFAULTS`):
 
 from __future__ import annotations
 
-import json
+import copy
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +30,9 @@ import numpy as np
 
 from .calibrate import apply_measured
 from .errors import FusePlannerError, ModelError
-from .ir import Op, Tile
+from .ir import Tile
+from .report import load_results
+from .validate import Step, steps_cost
 
 RATE_FIELDS = {
     ("dw", "fp32"): "dw_warp_flops_per_cycle_fp32",
@@ -48,14 +50,6 @@ EXPONENT_STARTS = (0.35, 0.9)
 LOAD_FIELD = "warp_load_bytes_per_cycle"
 THRESHOLD_FIELD = "fuse_min_speedup"
 FRACTIONS = tuple(round(0.05 * i, 2) for i in range(1, 21))
-
-
-@dataclass(frozen=True)
-class Step:
-    kind: str
-    ops: tuple[Op, ...]
-    tile: Tile
-    residual: bool
 
 
 @dataclass(frozen=True)
@@ -106,32 +100,35 @@ def _steps(rec: dict, graph, batch: int) -> tuple[Step, ...]:
                  for i, (k, op, t) in enumerate(zip(kinds, ops, tiles, strict=True)))  # fmt: skip
 
 
-def load_samples(paths: Iterable[str | Path], model: str | None = None) -> list[Sample]:
-    """Every correctly measured record of the results files (`model` overrides the model they name)."""
+def _graph(path: str | Path, name: str, batch: int, cache: dict[tuple[str, int], Any]):
+    """The model a results file was measured on, loaded with its batch as `validate --batch` loads it
+    (a 2-D Gemm's token count is the batch, which `Op.with_batch` leaves alone)."""
     from .onnx_import import load_model
 
-    samples: list[Sample] = []
-    graphs: dict[str, Any] = {}
-    for path in paths:
+    if (name, batch) not in cache:
         try:
-            data = json.loads(Path(path).read_text())
-            meta, records = data["meta"], data["records"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise FusePlannerError(f"{path}: not a fuseplanner results.json ({exc})") from None
-        name = model or meta["model"]
-        if name not in graphs:
-            try:
-                graphs[name] = load_model(name)
-            except ModelError as exc:
-                raise FusePlannerError(f"{path}: cannot load model {name!r} ({exc}); pass --model PATH") from None
+            cache[(name, batch)] = load_model(name, None, batch)
+        except ModelError as exc:
+            raise FusePlannerError(f"{path}: cannot load model {name!r} ({exc}); pass --model PATH") from None
+    return cache[(name, batch)]
+
+
+def load_samples(paths: Iterable[str | Path], model: str | None = None) -> list[Sample]:
+    """Every correctly measured record of the results files (`model` overrides the model they name)."""
+    samples: list[Sample] = []
+    graphs: dict[tuple[str, int], Any] = {}
+    for path in paths:
+        data = load_results(path)
+        meta, records = data["meta"], data["records"]
         batch = int(meta["batch"])
+        graph = _graph(path, model or meta["model"], batch, graphs)
         for rec in records:
             m = rec.get("measured") or {}
             if not m.get("time_cold_s") or not (rec.get("check") or {}).get("ok", False):
                 continue
             samples.append(Sample(
                 id=f"{Path(path).parent.name}:{rec['id']}", kind=rec["kind"],
-                steps=_steps(rec, graphs[name], batch), dtype=meta["dtype"], batch=batch,
+                steps=_steps(rec, graph, batch), dtype=meta["dtype"], batch=batch,
                 precision=meta.get("precision", "fp32"), time_s=float(m["time_cold_s"]),
                 gma_bytes=m.get("gma_bytes") if m.get("traffic") == "ncu" else None, role=rec.get("role", ""),
                 group=f"{path}:{rec['group']}" if rec.get("group") else None,
@@ -144,39 +141,26 @@ def repredict(data: dict, spec: Any, model: str | None = None) -> dict:
     current cost model and `spec`, and whose fuse decisions are re-derived from them: a group counts
     as fused when its predicted unfused/fused time at the planned tile reaches `fuse_min_speedup`
     (the planner itself might now pick another tile; the measurements are unchanged)."""
-    import copy
-
-    from .cost import estimate
-    from .ir import Cost
-    from .onnx_import import load_model
-
     out = copy.deepcopy(data)
     meta = out["meta"]
-    graph = load_model(model or meta["model"])
     batch = int(meta["batch"])
+    graph = _graph("results", model or meta["model"], batch, {})
+    planned: dict[tuple[str, str], float] = {}  # (group, "group" | "unfused") -> predicted time
     for rec in out["records"]:
-        if not rec.get("nodes") or not rec.get("tiles") or not rec.get("step_kinds"):
-            continue
-        total = Cost()
-        for st in _steps(rec, graph, batch):
-            c = estimate(st.kind, st.ops, st.tile, meta["dtype"], batch, spec, residual=st.residual,
-                         precision=meta.get("precision", "fp32"))  # fmt: skip
-            if not c.feasible:
-                break
-            total = total + c
-        else:
-            d = total.as_dict()
-            d.pop("kernels", None)
-            rec.setdefault("predicted", {})["ours"] = d
+        if rec.get("nodes") and rec.get("tiles") and rec.get("step_kinds"):
+            total = steps_cost(_steps(rec, graph, batch), meta["dtype"], batch, spec, meta.get("precision", "fp32"))
+            if total is not None:
+                d = total.as_dict()
+                d.pop("kernels", None)
+                rec.setdefault("predicted", {})["ours"] = d
         (rec.get("predicted") or {}).pop("ours_uncalibrated", None)
+        ours = (rec.get("predicted") or {}).get("ours")
+        if rec.get("group") and rec["role"] in ("group", "unfused") and ours:
+            planned.setdefault((rec["group"], rec["role"]), ours["time_s"])
     tau = float(spec.eff(THRESHOLD_FIELD))
     for g, info in out.get("groups", {}).items():
-        pf = [r["predicted"]["ours"]["time_s"] for r in out["records"]
-              if r.get("group") == g and r["role"] == "group" and (r.get("predicted") or {}).get("ours")]
-        pu = [r["predicted"]["ours"]["time_s"] for r in out["records"]
-              if r.get("group") == g and r["role"] == "unfused" and (r.get("predicted") or {}).get("ours")]
-        if pf and pu:
-            info["planner_fused"] = pu[0] >= tau * pf[0]
+        if (g, "group") in planned and (g, "unfused") in planned:
+            info["planner_fused"] = planned[(g, "unfused")] >= tau * planned[(g, "group")]
     meta["models"] = [m for m in meta.get("models", ["ours", "paper"]) if m != "ours_uncalibrated"]
     meta["calibrated"] = False
     meta["repredicted"] = (f"`ours` predictions and fuse decisions recomputed by `fuseplanner validate --from-results "
@@ -186,14 +170,15 @@ def repredict(data: dict, spec: Any, model: str | None = None) -> dict:
 
 def predict(spec: Any, s: Sample) -> tuple[float, float]:
     """(time_s, gma_bytes) the cost model predicts for a sample with `spec`."""
-    from .cost import estimate
+    c = steps_cost(s.steps, s.dtype, s.batch, spec, s.precision)
+    if c is None:
+        raise FusePlannerError(f"{s.id}: a launch of this record is infeasible with spec {spec.name}")
+    return c.time_s, c.gma_bytes
 
-    t = g = 0.0
-    for st in s.steps:
-        c = estimate(st.kind, st.ops, st.tile, s.dtype, s.batch, spec, residual=st.residual, precision=s.precision)
-        t += c.time_s
-        g += c.gma_bytes
-    return t, g
+
+def _predictions(spec: Any, samples: Sequence[Sample]) -> np.ndarray:
+    """(time_s, gma_bytes) of every sample, one row each."""
+    return np.array([predict(spec, s) for s in samples], dtype=float).reshape(-1, 2)
 
 
 def _ape(pred: Sequence[float], meas: Sequence[float]) -> float:
@@ -201,12 +186,16 @@ def _ape(pred: Sequence[float], meas: Sequence[float]) -> float:
     return float(np.median(np.abs(p - m) / m) * 100) if len(m) else math.nan
 
 
-def accuracy(spec: Any, samples: Sequence[Sample]) -> dict[str, float]:
-    """Median APE (%) of time over all samples and of GMA over those with counters."""
-    preds = [predict(spec, s) for s in samples]
+def _summary(preds: np.ndarray, samples: Sequence[Sample], tau: float) -> dict[str, float]:
+    """Median APE (%) of time over all samples and of GMA over those with counters, and the percentage
+    of agreeing fuse decisions at threshold `tau` when some groups were measured both ways."""
     with_gma = [(p[1], s.gma_bytes) for p, s in zip(preds, samples, strict=True) if s.gma_bytes]
-    return {"time": _ape([p[0] for p in preds], [s.time_s for s in samples]),
-            "gma": _ape([a for a, _ in with_gma], [b for _, b in with_gma])}  # fmt: skip
+    out = {"time": _ape(preds[:, 0], [s.time_s for s in samples]),
+           "gma": _ape([a for a, _ in with_gma], [b for _, b in with_gma])}  # fmt: skip
+    ratios = _pair_ratios(preds[:, 0], samples)
+    if ratios:
+        out["decisions"] = 100.0 * _agreeing(ratios, tau) / len(ratios)
+    return out
 
 
 def _rate_fields(samples: Sequence[Sample]) -> list[str]:
@@ -266,25 +255,27 @@ def _time_loss(spec: Any, names: Sequence[str], samples: Sequence[Sample]) -> Ca
 THRESHOLDS = tuple(round(1.0 + 0.05 * i, 2) for i in range(61))  # 1.00 .. 4.00
 
 
+def _pair_ratios(times: np.ndarray, samples: Sequence[Sample]) -> list[tuple[float, bool]]:
+    """(predicted unfused/fused time, whether fusing measured faster) of each group measured both ways."""
+    return [(times[j] / times[i], samples[i].time_s < samples[j].time_s) for i, j in decision_pairs(samples)]
+
+
+def _agreeing(ratios: Sequence[tuple[float, bool]], tau: float) -> int:
+    return sum((r >= tau) == faster for r, faster in ratios)
+
+
 def decision_agreement(spec: Any, samples: Sequence[Sample], tau: float) -> tuple[int, int]:
     """(agreeing, total) fuse decisions over the groups measured both ways when a group is fused
     exactly when its predicted unfused/fused time ratio reaches `tau`."""
-    pairs = decision_pairs(samples)
-    agree = 0
-    for i, j in pairs:
-        ratio = predict(spec, samples[j])[0] / predict(spec, samples[i])[0]
-        agree += (ratio >= tau) == (samples[i].time_s < samples[j].time_s)
-    return agree, len(pairs)
+    ratios = _pair_ratios(_predictions(spec, samples)[:, 0], samples)
+    return _agreeing(ratios, tau), len(ratios)
 
 
-def _fit_threshold(spec: Any, samples: Sequence[Sample]) -> float | None:
+def _fit_threshold(ratios: Sequence[tuple[float, bool]]) -> float | None:
     """The smallest `fuse_min_speedup` with the most agreeing decisions (None without pairs)."""
-    pairs = decision_pairs(samples)
-    if not pairs:
+    if not ratios:
         return None
-    ratios = [(predict(spec, samples[j])[0] / predict(spec, samples[i])[0], samples[i].time_s < samples[j].time_s)
-              for i, j in pairs]  # fmt: skip
-    return max(THRESHOLDS, key=lambda t: (sum((r >= t) == faster for r, faster in ratios), -t))
+    return max(THRESHOLDS, key=lambda t: (_agreeing(ratios, t), -t))
 
 
 def fit_spec(spec: Any, samples: Sequence[Sample], max_iter: int = 400) -> Fit:
@@ -311,16 +302,13 @@ def fit_spec(spec: Any, samples: Sequence[Sample], max_iter: int = 400) -> Fit:
         if name in fitted:
             fitted[name] = min(1.0, fitted[name])
     values.update(fitted)
-    tau = _fit_threshold(apply_measured(spec, values), samples)
+    after = _predictions(apply_measured(spec, values), samples)  # the threshold changes no prediction
+    tau = _fit_threshold(_pair_ratios(after[:, 0], samples))
     if tau is not None:
         values[THRESHOLD_FIELD] = tau
     fit = Fit(values, len(samples), sum(1 for s in samples if s.gma_bytes))
-    fit.before = accuracy(spec, samples)
-    fit.after = accuracy(apply_measured(spec, values), samples)
-    pairs = len(decision_pairs(samples))
-    if pairs:
-        fit.before["decisions"] = 100.0 * decision_agreement(spec, samples, float(spec.eff(THRESHOLD_FIELD)))[0] / pairs
-        fit.after["decisions"] = 100.0 * decision_agreement(apply_measured(spec, values), samples, tau)[0] / pairs
+    fit.before = _summary(_predictions(spec, samples), samples, float(spec.eff(THRESHOLD_FIELD)))
+    fit.after = _summary(after, samples, float(spec.eff(THRESHOLD_FIELD)) if tau is None else tau)
     return fit
 
 

@@ -221,19 +221,28 @@ def build_items(graph: ModelGraph, plan, ctx: Context, *, sweep: bool = False) -
 # ---- predictions ------------------------------------------------------------------------------------
 
 
-def predict(item: Item, ctx: Context, model: str = "ours", gpu: Any = None) -> dict[str, Any] | None:
-    """The cost model's prediction for the item's launches, summed; None when a step is infeasible."""
+def steps_cost(steps: Iterable[Step], dtype: str, batch: int, gpu: Any, precision: str = "fp32",
+               model: str = "ours") -> Cost | None:  # fmt: skip
+    """The cost model's prediction for consecutive launches, summed; None when a step is infeasible."""
     estimate = _estimator()
     total = Cost()
-    for s in item.steps:
+    for s in steps:
         try:
-            c = estimate(s.kind, s.ops, s.tile, ctx.dtype, ctx.batch, gpu or ctx.gpu, model=model,
-                         residual=s.residual, precision=ctx.precision)
+            c = estimate(s.kind, s.ops, s.tile, dtype, batch, gpu, model=model, residual=s.residual,
+                         precision=precision)  # fmt: skip
         except FusePlannerError:
             return None
         if not c.feasible:
             return None
         total = total + c
+    return total
+
+
+def predict(item: Item, ctx: Context, model: str = "ours", gpu: Any = None) -> dict[str, Any] | None:
+    """The cost model's prediction for the item's launches, summed; None when a step is infeasible."""
+    total = steps_cost(item.steps, ctx.dtype, ctx.batch, gpu or ctx.gpu, ctx.precision, model)
+    if total is None:
+        return None
     d = total.as_dict()
     d.pop("kernels", None)
     return d

@@ -15,6 +15,7 @@ from fuseplanner.specs import MEASURABLE, gpu
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "docs" / "validation" / "h100-mnasnet1_0-fp32-planned" / "results.json"
+BATCH8 = ROOT / "docs" / "validation" / "holdout" / "h100-mobilenet_v2-fp32-sweep-batch8" / "results.json"
 SPEC = ROOT / "docs" / "validation" / "h100_calibrated.toml"
 
 
@@ -33,6 +34,17 @@ def test_samples_follow_the_records(samples):
         # a group is one fused launch, its unfused run one launch per member
         assert len(s.steps) == (1 if r["role"] in ("layer", "group", "tile") else len(r["nodes"]))
         assert s.gma_bytes == r["measured"]["gma_bytes"]  # this run had counters
+
+
+def test_batch_8_records_replay_with_the_batch_they_ran_at():
+    # `validate --batch 8` loads the model with batch 8: the classifier Gemm then has 8 tokens, which
+    # Op.with_batch on a batch-1 graph would not give (its planned 8-token tile would be infeasible)
+    spec = gpu(str(SPEC))
+    batch8 = fit.load_samples([BATCH8])
+    gemm = next(s for s in batch8 if s.kind == "linear")
+    assert gemm.steps[0].ops[0].input_shapes[0][0] == 8 and gemm.steps[0].tile.th == 8
+    times = [fit.predict(spec, s)[0] for s in batch8]  # every recorded launch is feasible again
+    assert all(t > 0 for t in times) and len(times) == 197
 
 
 def test_decision_pairs_match_group_and_unfused_records(samples):

@@ -56,14 +56,10 @@ def _table(cal, base) -> None:
 def _from_results(args: argparse.Namespace) -> int:
     from .. import fit, specs
     from ..calibrate import spec_dict, to_toml
-    from ..errors import FusePlannerError
+    from ..report import load_results
 
-    if args.gpu == "auto":
-        try:
-            args.gpu = json.loads(Path(args.from_results[0]).read_text())["meta"]["gpu"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise FusePlannerError(f"{args.from_results[0]}: not a fuseplanner results.json ({exc})") from None
-    base = specs.gpu(args.gpu)
+    name = load_results(args.from_results[0])["meta"]["gpu"] if args.gpu == "auto" else args.gpu
+    base = specs.gpu(name)
     samples = fit.load_samples(args.from_results, args.model)
     result = fit.fit_spec(base, samples)
     out = Path(args.out or f"{base.name}_fitted.toml")
