@@ -437,7 +437,7 @@ def plan(
 
     rejected = [RejectedPlan(kind=r.kind, nodes=list(r.members), absorbed=list(r.absorbed), stage="graph", reason=r.reason) for r in found.rejected]
     helpful: list[Evaluated] = []
-    margin = float(spec.eff("fuse_min_speedup")) if model == "ours" and hasattr(spec, "eff") else 1.0
+    margin = float(spec.eff("fuse_min_speedup")) if model == "ours" else 1.0
     for cand in found.groups:
         ev = _evaluate(cand, ops, layer, search)
         why, stage = _why_not_helpful(ev, objective, margin)

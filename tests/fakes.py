@@ -26,6 +26,11 @@ class FakeGpu:
     max_threads_per_block: int = 1024
     regs_per_sm: int = 65536
     l2_bytes: int = 40 * 2**20
+    fuse_min_speedup: float = 1.0
+
+    def eff(self, field: str):
+        """Like GpuSpec.eff: this fake has no measured overrides."""
+        return getattr(self, field)
 
 
 def _cost(read: float, write: float, launches: int = 1) -> Cost:
