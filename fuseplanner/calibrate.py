@@ -257,11 +257,12 @@ def measurement_notes(cal: Calibration) -> dict[str, str]:
 
 
 def spec_dict(spec: Any) -> dict[str, Any]:
-    """A GPU spec as a plain dict (pydantic model or mapping)."""
+    """A GPU spec as a plain dict (pydantic model or mapping): the fields the spec sets, so that a
+    written spec keeps following the schema's defaults (e.g. the kernel rates) instead of freezing them."""
     if spec is None:
         return {}
     if hasattr(spec, "model_dump"):
-        return dict(spec.model_dump(mode="json"))
+        return dict(spec.model_dump(mode="json", exclude_unset=True))
     return dict(spec)
 
 

@@ -91,6 +91,9 @@ def test_calibrate_from_results_writes_a_loadable_spec(tmp_path, capsys):
         assert spec.measured[name] == value
         assert "calibrate --from-results" in spec.sources[f"measured.{name}"]
     assert spec.sm_count == 132  # the starting spec's fields are kept
+    # fields the starting spec left at their schema default are not frozen into the written file
+    assert "pw_warp_flops_per_cycle_tf32" not in spec.model_fields_set
+    assert "pw_warp_flops_per_cycle_tf32 =" not in out.read_text().split("[sources]")[0]
 
 
 def test_calibrate_from_results_bad_file_is_one_error_line(tmp_path, capsys):
