@@ -208,22 +208,29 @@ def _wshape(op: Op) -> tuple[int, ...]:
     return weight_shape(op)
 
 
+def random_inputs(ops, dtype: str, rng):
+    """(x, params) on the host and (x, params, NaN-poisoned output) on the device for a pair."""
+    import cupy as cp
+
+    from fuseplanner.reference import random_params
+
+    np_dt = np.float16 if dtype == "fp16" else np.float32
+    x = rng.standard_normal(ops[0].in_shape).astype(np_dt)
+    params = random_params(ops, rng, bias=True)
+    pd = [(cp.asarray(w), cp.asarray(b)) for w, b in params]
+    return x, params, cp.asarray(x), pd, cp.full(ops[-1].out_shape, np.nan, dtype=np_dt)
+
+
 def bench_pair(pair: dict, mode: str, batch: int, gpu, repeat: int, copy_bw: float, log) -> dict:
     import cupy as cp
     import torch
 
     from fuseplanner import kernels
-    from fuseplanner.reference import random_params, reference
+    from fuseplanner.reference import reference
 
     dtype, precision = MODES[mode]
     kind, ops, residual = pair["kind"], pair["ops"], pair["residual"]
-    rng = np.random.default_rng(0)
-    np_dt = np.float16 if dtype == "fp16" else np.float32
-    x = rng.standard_normal(ops[0].in_shape).astype(np_dt)
-    params = random_params(ops, rng, bias=True)
-    xd = cp.asarray(x)
-    pd = [(cp.asarray(w), cp.asarray(b)) for w, b in params]
-    out = cp.full(ops[-1].out_shape, np.nan, dtype=np_dt)
+    x, params, xd, pd, out = random_inputs(ops, dtype, np.random.default_rng(0))
     res = xd if residual else None
     ref = reference(kind, ops, x.astype(np.float64), params, residual=x if residual else None)
     best = None
@@ -287,10 +294,10 @@ def cost_model_tile(kind, ops, dtype, precision, batch, gpu):
     try:
         best = None
         for t in tiles.candidates(kind, ops, dtype, gpu):
-            c = cost.estimate(kind, ops, t, dtype, batch, gpu)
+            c = cost.estimate(kind, ops, t, dtype, batch, gpu, precision=precision)
             if c.feasible and (best is None or c.time_s < best[1]):
                 best = (t, c.time_s)
-        return None if best is None else str(best[0])
+        return None if best is None else best[0]
     except Exception as exc:  # the cost model is optional here
         return f"cost model failed: {exc}"
 
@@ -355,7 +362,10 @@ def main(argv=None) -> int:
                 dtype, precision = MODES[mode]
                 p["shortlist"][(mode, batch)] = shortlist(p["kind"], p["ops"], dtype, precision, batch, gpu,
                                                           args.shortlist)
-                p["cost_tile"][(mode, batch)] = cost_model_tile(p["kind"], p["ops"], dtype, precision, batch, gpu)
+                ct = cost_model_tile(p["kind"], p["ops"], dtype, precision, batch, gpu)
+                p["cost_tile"][(mode, batch)] = str(ct) if isinstance(ct, Tile) else ct
+                if isinstance(ct, Tile) and ct not in p["shortlist"][(mode, batch)]:
+                    p["shortlist"][(mode, batch)].append(ct)  # the cost model's pick is timed too
             pairs.append(p)
     jobs = []
     for p in pairs:

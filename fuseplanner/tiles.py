@@ -56,6 +56,15 @@ PW_MAX_STAGES = 6
 PW_RING_BYTES = 64 * 1024
 #: Deepest pw/linear ring (the depth of a given tile is `pw_stages(kind, tile, dtype)`).
 PW_STAGES = PW_MAX_STAGES
+#: The dw_pw kernel's cp.async ring: as many stages as fit in FUSED_RING_BYTES, 2..4.
+FUSED_MIN_STAGES = 2
+FUSED_MAX_STAGES = 4
+FUSED_RING_BYTES = 64 * 1024
+#: dw_pw split reduction over a thread-block cluster (Hopper and later): at most this many blocks per
+#: cluster (8 is the portable cluster size), and only while the grid stays within CLUSTER_FILL blocks
+#: per SM.
+MAX_CLUSTER_SPLIT = 8
+CLUSTER_FILL = 2
 
 LBL_KINDS = ("dw", "pw", "linear")
 
@@ -150,9 +159,10 @@ def fused_smem_layout(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> d
 
     Exactly the kernels' layout: GEMM operands are At[K][M+8] (weights, transposed) and B[K][N+8]
     (activations) with K padded to 16, M (filters) to 16 and N (pixels) to 8, buffers 128-byte
-    aligned; the fp32 communication buffers are [rows][N+8]. Single buffered (a block's loads overlap
-    other resident blocks' compute). "staging" (the fp32 final-output tile) aliases the others from
-    offset 0, so the block needs max(sum of the rest, staging).
+    aligned; the fp32 communication buffers are [rows][N+8]. dw_pw streams its chunks through a
+    `fused_stages`-deep "ring" of halo window, DW weights and biases, and PW weights; the others are
+    single buffered with one chunk of register prefetch. "staging" (the fp32 final-output tile)
+    aliases the others from offset 0, so the block needs max(sum of the rest, staging).
     """
     return _fused_smem_layout(kind, ops, tile.th, tile.tw, tile.tf, tile.tc, dtype_bytes(dtype))
 
@@ -169,10 +179,9 @@ def _fused_smem_layout(kind: str, ops: Sequence[Op], th: int, tw: int, tf: int, 
         return {"xs": a(kp * (n1p + 8) * e), "ws": a(kp * (mp + 8) * e), "cs": a(mp * (n1p + 8) * ACC_BYTES),
                 "wd": a(tf * kh * kw * ACC_BYTES)}
     if kind == "dw_pw":
-        hh, ww = _halo(kind, ops, th, tw)
-        kh, kw = ops[0].kernel
-        return {"xw": a(tc * hh * ww * e), "wd": a(tc * kh * kw * ACC_BYTES), "ds": a(kp * (np_ + 8) * e),
-                "ws": a(kp * (mp + 8) * e), "staging": a(mp * (np_ + 8) * ACC_BYTES)}
+        stage = _dw_pw_stage_bytes(ops, th, tw, tf, tc, e)
+        return {"ring": dw_pw_stages_of(stage) * stage, "ds": a(kp * (np_ + 8) * e),
+                "staging": a(mp * (np_ + 8) * ACC_BYTES)}
     c1p = _rup(ops[0].c_in, 16)
     if kind == "pw_pw":
         return {"xs": a(c1p * (np_ + 8) * e), "w1": a(c1p * (kp + 8) * e), "mf": a(kp * (np_ + 8) * ACC_BYTES),
@@ -186,6 +195,56 @@ def _fused_smem_layout(kind: str, ops: Sequence[Op], th: int, tw: int, tf: int, 
                 "wd": a(tc * kh * kw * ACC_BYTES), "ds": a(kp * (np_ + 8) * e), "w2": a(kp * (mp + 8) * e),
                 "staging": a(mp * (np_ + 8) * ACC_BYTES)}
     raise ValueError(f"{kind!r} is not a fused kernel kind: use one of {', '.join(FUSED_KINDS)}")
+
+
+def staged_window_width(ww: int, e: int) -> int:
+    """Columns of a halo row as the dw_pw kernel stages it: fp16 rows start at an even map column
+    and hold whole 4-byte pairs (kernels/fused_dw_pw.cu WWA)."""
+    return ww if e == 4 else _rup(ww + 1, 2)
+
+
+def _dw_pw_stage_bytes(ops: Sequence[Op], th: int, tw: int, tf: int, tc: int, e: int) -> int:
+    """One stage of the dw_pw ring: halo window tc x hh x WWA (dtype), DW weights and biases
+    tc x (kh kw + 1) (fp32), PW weights At[kp][mp + 8] (dtype), each 128-byte aligned."""
+    def a(n: int) -> int:
+        return -(-n // SMEM_ALIGN) * SMEM_ALIGN
+
+    hh, ww = _halo("dw_pw", ops, th, tw)
+    kh, kw = ops[0].kernel
+    kp, mp = _rup(tc, 16), _rup(tf, 16)
+    return a(tc * hh * staged_window_width(ww, e) * e) + a(tc * (kh * kw + 1) * ACC_BYTES) + a(kp * (mp + 8) * e)
+
+
+def dw_pw_stages_of(stage: int) -> int:
+    """Ring depth of the dw_pw kernel for a stage of `stage` bytes (kernels/fused_dw_pw.cu STAGES):
+    as many as fit in FUSED_RING_BYTES, between FUSED_MIN_STAGES and FUSED_MAX_STAGES."""
+    return max(FUSED_MIN_STAGES, min(FUSED_MAX_STAGES, FUSED_RING_BYTES // stage))
+
+
+def fused_stages(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> int:
+    """Chunks a fused kernel's block keeps in flight plus one: the dw_pw ring depth, 2 (one chunk of
+    register prefetch) for the other fused kinds."""
+    if kind == "dw_pw":
+        return dw_pw_stages_of(_dw_pw_stage_bytes(ops, tile.th, tile.tw, tile.tf, tile.tc, dtype_bytes(dtype)))
+    return 2
+
+
+def cluster_split(kind: str, ops: Sequence[Op], tile: Tile, batch: int, gpu) -> int:
+    """Blocks of a thread-block cluster that share one dw_pw output tile, each reducing every KS-th
+    channel chunk (kernels/fused_dw_pw.cu KS): the largest power of two up to MAX_CLUSTER_SPLIT and
+    the chunk count that keeps the grid within CLUSTER_FILL blocks per SM of `gpu` (a GpuSpec).
+    1 for the other kinds and before compute capability 9.0 (no clusters)."""
+    if kind != "dw_pw" or int(gpu.compute_capability.split(".")[0]) < 9:
+        return 1
+    sm_count = gpu.sm_count
+    last = _last(ops)
+    ho, wo = last.hw_out
+    blocks = -(-ho // tile.th) * -(-wo // tile.tw) * -(-last.c_out // tile.tf) * batch
+    chunks = -(-ops[0].c_in // tile.tc)
+    ks = 1
+    while 2 * ks <= min(MAX_CLUSTER_SPLIT, chunks) and 2 * ks * blocks <= CLUSTER_FILL * sm_count:
+        ks *= 2
+    return ks
 
 
 def fused_smem_total(layout: dict[str, int]) -> int:

@@ -1,104 +1,225 @@
 // Fused DW -> PW (depthwise k x k, then projection 1x1), NCHW. See fuseplanner/tiles.py (kind dw_pw).
 //
-// Block (blockIdx.x: spatial tile, .y: filter tile, .z: image) computes TF PW filters x TH x TW
-// pixels. For each chunk of TC DW channels it stages the chunk's input halo window (xw) and DW
-// weights (wd), and the TF x TC PW weights (ws, A operand, transposed); computes the DW (+ bias, ACT1)
-// into ds (B operand, the communication buffer) and accumulates the PW in registers. The DW is
-// recomputed once per filter tile. The fp32 result is staged in shared memory (aliasing the chunk
-// buffers) and written with bias, ACT2 and the residual, pixels contiguous across threads.
+// Block (blockIdx.x: spatial tile x KS, .y: filter tile, .z: image) computes TF PW filters x TH x TW
+// pixels. For each chunk of TC DW channels it stages the chunk's input halo window (xw), DW weights and
+// biases (wd) and the TC x TF PW weights (ws, A operand At[k][m], read from the launcher's packed copy
+// wp[filter tile][C][TFP] in the storage dtype, so each row is one contiguous 16-byte-aligned run);
+// computes the DW (+ bias, ACT1) into ds (B operand, the communication buffer) and accumulates the PW
+// in registers. The DW is recomputed once per filter tile.
+//
+// Pipeline: a STAGES-deep shared-memory ring filled with cp.async runs STAGES - 1 chunks ahead (two
+// barriers per chunk). The halo goes through cp.async in 4-byte units when XA = 1 (fp32 elements; fp16
+// pairs, the window starting at an even column so pairs never straddle the map border, which needs an
+// even W); with XA = 0 it is prefetched through registers one chunk ahead instead.
+//
+// Split reduction (KS > 1): the KS blocks of a thread-block cluster (__cluster_dims__(KS, 1, 1),
+// consecutive blockIdx.x) share one output tile and take every KS-th channel chunk; each leaves its
+// fp32 partial tile in its shared memory, and after a cluster barrier each block sums a 1/KS share of
+// the tile over the cluster's shared memory (DSMEM) and writes it with bias, ACT2 and the residual.
 //
 // Defines: T_HALF PREC THREADS TH TW TF TC KH KW SH SW DLH DLW ACT1 ACT2 HAS_B1 HAS_B2 HAS_RES
-//          G2M G2N ME2 NE2 SMEM_TOTAL.
+//          G2M G2N ME2 NE2 STAGES KS XA TFP SMEM_TOTAL.
 #include "fused_common.cuh"
 
+#ifndef KS
+#define KS 1
+#endif
+#ifndef XA
+#define XA 1
+#endif
+
+constexpr int E = (int)sizeof(T);
 constexpr int HH = (TH - 1) * SH + (KH - 1) * DLH + 1;
 constexpr int WW = (TW - 1) * SW + (KW - 1) * DLW + 1;
-constexpr int WIN = HH * WW, P = TH * TW, NP = rup(P, 8), KK = KH * KW;
+constexpr int XU = T_HALF ? 2 : 1;             // elements per 4-byte halo copy
+constexpr int WWA = rup(WW + XU - 1, XU);      // window row as staged (fp16: from an even column)
+constexpr int WIN = HH * WWA, P = TH * TW, NP = rup(P, 8), KK = KH * KW;
 constexpr int KP = rup(TC, 16), MP = rup(TF, 16);
 constexpr int LDD = NP + 8, LDW = MP + 8, LDC = NP + 8;
-constexpr int SZ_XW = al128(TC * WIN * (int)sizeof(T)), SZ_WD = al128(TC * KK * 4);
-constexpr int SZ_DS = al128(KP * LDD * (int)sizeof(T)), SZ_WS = al128(KP * LDW * (int)sizeof(T));
-constexpr int SZ_ST = al128(MP * LDC * 4);
-constexpr int O_XW = 0, O_WD = O_XW + SZ_XW, O_DS = O_WD + SZ_WD, O_WS = O_DS + SZ_DS;
-constexpr int SMEM = imax(O_WS + SZ_WS, SZ_ST);
+constexpr int WU = 16 / E;                     // elements per 16-byte weight copy
+static_assert(TFP % WU == 0 && TFP <= LDW, "packed weight rows must be whole 16-byte units");
+constexpr int SZ_XW = al128(TC * WIN * E), SZ_WD = al128(TC * (KK + 1) * 4), SZ_WS = al128(KP * LDW * E);
+constexpr int SZ_STAGE = SZ_XW + SZ_WD + SZ_WS;
+constexpr int SZ_DS = al128(KP * LDD * E), SZ_ST = al128(MP * LDC * 4);
+constexpr int O_DS = STAGES * SZ_STAGE;
+constexpr int SMEM = imax(O_DS + SZ_DS, SZ_ST);
 static_assert(SMEM == SMEM_TOTAL, "shared-memory layout disagrees with fuseplanner.tiles");
+static_assert(STAGES >= 2, "the ring needs two stages");
 constexpr int K2 = PREC == 0 ? TC : KP;
 
-extern "C" __global__ void __launch_bounds__(THREADS)
+#if KS > 1
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+}
+// Read a float at the same shared-memory offset as `p` in block `rank` of this cluster.
+__device__ __forceinline__ float ld_cluster(const float* p, int rank) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(p), r;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(r) : "memory");
+    return v;
+}
+#define CLUSTER_ATTR __cluster_dims__(KS, 1, 1)
+#else
+#define CLUSTER_ATTR
+#endif
+
+extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_ATTR
 fused_dw_pw(const T* __restrict__ x, const float* __restrict__ w1, const float* __restrict__ b1,
-            const float* __restrict__ w2, const float* __restrict__ b2, const T* __restrict__ res,
+            const T* __restrict__ wp, const float* __restrict__ b2, const T* __restrict__ res,
             T* __restrict__ out, int C, int N, int H, int W, int Ho, int Wo, int pt, int pl, int tiles_w) {
     extern __shared__ __align__(128) unsigned char smem[];
-    T* xw = reinterpret_cast<T*>(smem + O_XW);
-    float* wd = reinterpret_cast<float*>(smem + O_WD);
     T* ds = reinterpret_cast<T*>(smem + O_DS);
-    T* ws = reinterpret_cast<T*>(smem + O_WS);
     float* st = reinterpret_cast<float*>(smem);
     const int tid = threadIdx.x;
-    const int oy0 = (blockIdx.x / tiles_w) * TH, ox0 = (blockIdx.x % tiles_w) * TW;
-    const int f0 = blockIdx.y * TF, b = blockIdx.z;
+    const int rank = KS > 1 ? (int)(blockIdx.x % KS) : 0;
+    const int tile = blockIdx.x / KS;
+    const int oy0 = (tile / tiles_w) * TH, ox0 = (tile % tiles_w) * TW;
+    const int fb = blockIdx.y, f0 = fb * TF, b = blockIdx.z;
     const int iy0 = oy0 * SH - pt, ix0 = ox0 * SW - pl;
+    const int xoff = T_HALF ? (ix0 & 1) : 0;   // staged column j holds map column xs0 + j
+    const int xs0 = ix0 - xoff;
     const T* xb = x + (long long)b * C * H * W;
+    const T* wpb = wp + (long long)fb * C * TFP;
+    const int nch = (C + TC - 1) / TC;
+    const int nk = nch > rank ? (nch - rank + KS - 1) / KS : 0;  // this block's chunks: rank, rank + KS, ...
+
+    auto xw_of = [&](int s) { return reinterpret_cast<T*>(smem + s * SZ_STAGE); };
+    auto wd_of = [&](int s) { return reinterpret_cast<float*>(smem + s * SZ_STAGE + SZ_XW); };
+    auto ws_of = [&](int s) { return reinterpret_cast<T*>(smem + s * SZ_STAGE + SZ_XW + SZ_WD); };
+    auto chunk0 = [&](int i) { return (rank + i * KS) * TC; };
+
+    // Asynchronous copies of chunk i into stage s (zero-filled outside the tensors).
+    auto issue = [&](int i, int s) {
+        const int c0 = chunk0(i);
+        float* wdd = wd_of(s);
+        for (int t = tid; t < TC * (KK + 1); t += THREADS) {
+            if (t < TC * KK) {
+                const bool ok = c0 + t / KK < C;
+                cp_async<4>(wdd + t, ok ? w1 + (long long)c0 * KK + t : w1, ok);
+            } else {
+                const int c = c0 + t - TC * KK;
+                const bool ok = HAS_B1 && c < C;
+                cp_async<4>(wdd + t, ok ? b1 + c : w1, ok);
+            }
+        }
+        T* wss = ws_of(s);
+        constexpr int WROW = TFP / WU;
+        for (int t = tid; t < KP * WROW; t += THREADS) {
+            const int k = t / WROW, u = t - (t / WROW) * WROW, c = c0 + k;
+            const bool ok = k < TC && c < C;
+            cp_async<16>(wss + k * LDW + u * WU, ok ? wpb + (long long)c * TFP + u * WU : wp, ok);
+        }
+#if XA
+        T* xw = xw_of(s);
+        constexpr int UROW = WWA / XU;
+        for (int t = tid; t < TC * HH * UROW; t += THREADS) {
+            const int r = t / UROW, u = t - (t / UROW) * UROW, k = r / HH, yy = r - (r / HH) * HH;
+            const int c = c0 + k, gy = iy0 + yy, gx = xs0 + u * XU;
+            const bool ok = c < C && gy >= 0 && gy < H && gx >= 0 && gx + XU <= W;
+            cp_async<4>(xw + k * WIN + yy * WWA + u * XU, ok ? xb + ((long long)c * H + gy) * W + gx : xb, ok);
+        }
+#endif
+    };
+
+#if !XA
+    // Register prefetch of the halo window (one chunk ahead), for rows that 4-byte copies cannot serve.
+    int c0l = 0;
+    T* xwl = xw_of(0);
+    auto ldx = [&](int i) {
+        const int k = i / WIN, q = i - (i / WIN) * WIN, c = c0l + k;
+        const int gy = iy0 + q / WWA, gx = xs0 + q % WWA;
+        return (c < C && gy >= 0 && gy < H && gx >= 0 && gx < W) ? ldg_f(xb + ((long long)c * H + gy) * W + gx) : 0.f;
+    };
+    auto stx = [&](int i, float v) { from_f(xwl[i], v); };
+    auto nop_l = [](int) { return 0.f; };
+    auto nop_s = [](int, float) {};
+    Prefetch3<TC * WIN, 0, 0> pf;
+    if constexpr (decltype(pf)::FITS) {
+        c0l = chunk0(0);
+        if (nk > 0) pf.load(ldx, nop_l, nop_l);
+    }
+#endif
 
     BlockAcc<ME2, NE2, G2M, G2N> acc;
     acc.zero();
-    int c0l = 0;  // chunk the loaders read
-    auto ld0 = [&](int i) {
-                const int k = i / WIN, q = i % WIN, c = c0l + k;
-                const int gy = iy0 + q / WW, gx = ix0 + q % WW;
-                return (c < C && gy >= 0 && gy < H && gx >= 0 && gx < W) ? ldg_f(xb + ((long long)c * H + gy) * W + gx)
-                                                                         : 0.f;
-            };
-    auto st0 = [&](int i, float v) { from_f(xw[i], v); };
-    auto ld1 = [&](int i) { return c0l + i / KK < C ? __ldg(w1 + (long long)c0l * KK + i) : 0.f; };
-    auto st1 = [&](int i, float v) { wd[i] = v; };
-    auto ld2 = [&](int i) {
-                const int m = i / KP, k = i % KP, c = c0l + k, f = f0 + m;
-                return (k < TC && c < C && m < TF && f < N) ? __ldg(w2 + (long long)f * C + c) : 0.f;
-            };
-    auto st2 = [&](int i, float v) { ws[(i % KP) * LDW + i / KP] = stage(v); };
-    Prefetch3<TC * WIN, TC * KK, MP * KP> pf;
-    if constexpr (decltype(pf)::FITS) pf.load(ld0, ld1, ld2);
-    for (int c0 = 0; c0 < C; c0 += TC) {
+#pragma unroll 1
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < nk) issue(s, s);
+        cp_async_commit();
+    }
+#pragma unroll 1
+    for (int i = 0; i < nk; ++i) {
+        const int s = i % STAGES, c0 = chunk0(i);
+        cp_async_wait<STAGES - 2>();
+#if !XA
+        xwl = xw_of(s);
         if constexpr (decltype(pf)::FITS) {
-            pf.store(st0, st1, st2);
+            pf.store(stx, nop_s, nop_s);
         } else {
             c0l = c0;
-            stage_copy3<TC * WIN, TC * KK, MP * KP>(ld0, st0, ld1, st1, ld2, st2);
+            stage_copy<TC * WIN>(ldx, stx);
         }
+#endif
         __syncthreads();
+        {
+            const int j = i + STAGES - 1;
+            if (j < nk) issue(j, j % STAGES);
+            cp_async_commit();
+        }
+#if !XA
         if constexpr (decltype(pf)::FITS) {
-            if (c0 + TC < C) {
-                c0l = c0 + TC;
-                pf.load(ld0, ld1, ld2);
+            if (i + 1 < nk) {
+                c0l = chunk0(i + 1);
+                pf.load(ldx, nop_l, nop_l);
             }
         }
+#endif
+        const T* xw = xw_of(s);
+        const float* wd = wd_of(s);
 #pragma unroll 2
-        for (int i = tid; i < KP * NP; i += THREADS) {
-            const int k = i / NP, p = i % NP, c = c0 + k;
+        for (int t = tid; t < KP * NP; t += THREADS) {
+            const int k = t / NP, p = t - (t / NP) * NP;
             float v = 0.f;
-            if (k < TC && c < C && p < P) {
-                const int oy = p / TW, ox = p % TW;
-                const T* src = xw + k * WIN + oy * SH * WW + ox * SW;
+            if (k < TC && c0 + k < C && p < P) {
+                const int oy = p / TW, ox = p - (p / TW) * TW;
+                const T* src = xw + k * WIN + oy * SH * WWA + ox * SW + xoff;
                 const float* wf = wd + k * KK;
                 float a = 0.f;
 #pragma unroll
                 for (int ky = 0; ky < KH; ++ky)
 #pragma unroll
-                    for (int kx = 0; kx < KW; ++kx) a = fmaf(lds_f(src + ky * DLH * WW + kx * DLW), wf[ky * KW + kx], a);
-                v = act_t<ACT1>(a + bias_t<HAS_B1>(b1, c));
+                    for (int kx = 0; kx < KW; ++kx) a = fmaf(lds_f(src + ky * DLH * WWA + kx * DLW), wf[ky * KW + kx], a);
+                v = act_t<ACT1>(a + (HAS_B1 ? wd[TC * KK + k] : 0.f));
             }
             ds[k * LDD + p] = stage(v);
         }
         __syncthreads();
-        acc.template mac<K2, LDW, LDD>(ws, ds);
-        __syncthreads();
+        acc.template mac<K2, LDW, LDD>(ws_of(s), ds);
     }
+    cp_async_wait<0>();
+    __syncthreads();  // the staging tile aliases the ring
     acc.template store<LDC>(st);
+#if KS > 1
+    cluster_sync();   // every block's partial tile is in its shared memory
+    for (int i = rank * THREADS + tid; i < TF * P; i += KS * THREADS) {
+        const int m = i / P, p = i - (i / P) * P, f = f0 + m;
+        const int gy = oy0 + p / TW, gx = ox0 + p % TW;
+        float a = 0.f;
+#pragma unroll
+        for (int q = 0; q < KS; ++q) a += ld_cluster(st + m * LDC + p, q);
+        if (f < N && gy < Ho && gx < Wo) {
+            const long long off = (((long long)b * N + f) * Ho + gy) * Wo + gx;
+            float v = act_t<ACT2>(a + bias_t<HAS_B2>(b2, f));
+            st_f(out + off, add_residual(v, res, off));
+        }
+    }
+    cluster_sync();   // keep this block's shared memory alive until the others have read it
+#else
     __syncthreads();
 #pragma unroll 2
     for (int i = tid; i < TF * P; i += THREADS) {
-        const int m = i / P, p = i % P, f = f0 + m;
+        const int m = i / P, p = i - (i / P) * P, f = f0 + m;
         const int gy = oy0 + p / TW, gx = ox0 + p % TW;
         if (f < N && gy < Ho && gx < Wo) {
             const long long off = (((long long)b * N + f) * Ho + gy) * Wo + gx;
@@ -106,4 +227,5 @@ fused_dw_pw(const T* __restrict__ x, const float* __restrict__ w1, const float* 
             st_f(out + off, add_residual(v, res, off));
         }
     }
+#endif
 }

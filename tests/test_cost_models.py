@@ -7,8 +7,11 @@ averaged. "bn" epilogues (the factory default for convs) add a per-channel bias 
 carry a bias. All sizes in sectors (32 B) unless marked B. GPU: h100 unless said otherwise.
 
 Parameter bytes: biases are fp32 (4 B) in every kernel, and so are the weights of the dw kernel and
-of every fused kernel, whatever the storage dtype; only the layer-by-layer pw/linear kernel reads its
-weight matrix in the storage dtype (2 B in fp16).
+of the fused kernels, whatever the storage dtype; the layer-by-layer pw/linear kernel reads its
+weight matrix in the storage dtype (2 B in fp16), and so does dw_pw its PW weights, packed per
+filter tile as wp[tile][C][TFP] (rows of tf elements rounded up to 16 B, 16-byte aligned).
+Blocks: dw_pw on the H100 splits each output tile's channel chunks over a cluster of KS blocks
+(tiles.cluster_split: the largest power of two <= min(8, chunks) keeping blocks x KS <= 2 x 132).
 L1 filtering of fused kernels: of a fused kernel's per-block weight reads Wr only keep =
 max(0.3 Wr, min(Wu, Wr)) reach L2 (Wu = its distinct weight + bias sectors, 0.3 = the H100's
 fused_weight_l2_fraction), and read = activation reads + keep, rounded up to whole sectors.
@@ -190,14 +193,32 @@ def test_dw_pw_two_filter_tiles():
     # read 320 + 88 = 408 = 13,056 B; write 32 x 8 x 1 = 256 = 8,192 B
     # DRAM 4,096 + 640 + 2,048 + 128 = 6,912
     # FLOPs DW 18,432 + PW 2*16*32*64 = 65,536; the DW runs once per filter tile: redundant 18,432
-    check(c, 13_056, 8_192, 6_912, 83_968, 18_432, 4)
+    # blocks: nf 2 x nsp 2 = 4, 2 chunks of 8 channels -> cluster split 2 -> 8
+    check(c, 13_056, 8_192, 6_912, 83_968, 18_432, 8)
+
+
+def test_dw_pw_fp16_packed_weights():
+    c = estimate("dw_pw", DW_PW, Tile(4, 8, 16, 8, 128), "fp16", 1, H100)
+    # input: 8-column fp16 rows are 16 B at pitch 16 (phase 0 or 16): 1 sector; windows clipped to
+    #   rows [0,5) and [3,8) = 10 rows -> 10 per plane; 16 planes x nf 2 = 320
+    # DW weights (fp32) per spatial tile as in fp32: nf 2 x (9 + 9 + bias 1 + 1) = 40 -> x nsp 2 = 80
+    # PW packed fp16: TFP 16 -> 32 B rows, aligned: 1 sector; nf 2 x C 16 = 32 + bias 2 x 64 B = 4
+    #   -> 36 per spatial tile -> 72;  Wr = 80 + 72 = 152
+    # Wu = DW 576 B = 18 + bias 2, packed PW 2 x 16 x 32 B = 32 + bias 4 -> 56
+    #   -> keep = max(0.3 x 152 = 45.6, min(56, 152)) = 56; read 320 + 56 = 376 = 12,032 B
+    # write: 32 planes x 8 rows x 16 B (1 sector) = 256 = 8,192 B
+    # DRAM: input 16 x 64 x 2 = 2,048 + DW 640 + PW 1,024 + bias 128 = 3,840
+    check(c, 12_032, 8_192, 3_840, 83_968, 18_432, 8)
+    # compulsory: PW weights in fp16 (16 x 32 x 2 = 1,024), DW weights and both biases fp32 (576 + 64 + 128)
+    assert compulsory("dw_pw", DW_PW, "fp16", 1)["weights"] == 1_024 + 576 + 64 + 128
 
 
 def test_dw_pw_all_filters():
     c = estimate("dw_pw", DW_PW, Tile(4, 8, 32, 8, 256), "fp32", 1, H100)
     # nf = 1: input 160; per tile 20 + 64 + bias 128 B = 4 -> 88 x 2 = Wr 176, Wu 88
     #   -> keep = max(0.3 x 176 = 52.8, 88) = 88; read 160 + 88 = 248 = 7,936 B
-    check(c, 7_936, 8_192, 6_912, 83_968, 0, 2)
+    # blocks: nsp 2, cluster split 2 (2 chunks) -> 4
+    check(c, 7_936, 8_192, 6_912, 83_968, 0, 4)
 
 
 def test_dw_pw_batch2_residual():
@@ -205,7 +226,8 @@ def test_dw_pw_batch2_residual():
     # activations per image 320 + residual 256 = 576, x2 = 1,152; Wr 2 x 216 = 432, Wu 88
     #   -> keep = max(0.3 x 432 = 129.6, 88) = 129.6; read 1,281.6 -> 1,282 = 41,024 B; write 16,384 B
     # DRAM 8,192 + 2,816 weights + residual 2*32*64*4 = 16,384 -> 27,392 (a different tensor than the input)
-    check(c, 41_024, 16_384, 27_392, 167_936, 36_864, 8)
+    # blocks: 2 images x 4, cluster split 2 -> 16
+    check(c, 41_024, 16_384, 27_392, 167_936, 36_864, 16)
 
 
 # ---------------------------------------------------------------- pw_pw

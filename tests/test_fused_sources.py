@@ -103,3 +103,64 @@ def test_fma_group_covers_gemm(m, n, threads):
 def test_mma_group_divides_padded_gemm(m, n, warps):
     gm, gn, me, ne = mma_group(m, n, warps, resident=False)
     assert (me, ne) == (m, n) and m % gm == 0 and n % gn == 0 and gm % 16 == 0 and gn % 8 == 0
+
+
+def test_dw_pw_layout_by_hand():
+    # dw_pw (D: 144 ch, 3x3 stride 2 on 56x56 -> 28x28; P: 144 -> 32), tile 4x8/f32/c32, fp32:
+    # window (4-1)*2+3 = 9 x (8-1)*2+3 = 17; one stage: xw 32 x 9 x 17 x 4 = 19584 -> 19584 (153 x 128)
+    #   + DW weights and biases 32 x (9 + 1) x 4 = 1280 + PW At 32 x (32 + 8) x 4 = 5120 = 25984
+    # ring: 65536 // 25984 = 2 stages = 51968; ds: 32 x (32 + 8) x 4 = 5120; staging 32 x 40 x 4 = 5120
+    layout = tiles.fused_smem_layout("dw_pw", (D, P), Tile(4, 8, 32, 32, 256), "fp32")
+    assert layout == {"ring": 51968, "ds": 5120, "staging": 5120}
+    assert tiles.fused_stages("dw_pw", (D, P), Tile(4, 8, 32, 32, 256), "fp32") == 2
+    # fp16: rows staged from an even column, 17 -> 18 columns: xw 32 x 9 x 18 x 2 = 10368 (81 x 128);
+    # + 1280 + PW 32 x 40 x 2 = 2560 -> 14208; 65536 // 14208 = 4 stages = 56832; ds 32 x 40 x 2 = 2560
+    layout = tiles.fused_smem_layout("dw_pw", (D, P), Tile(4, 8, 32, 32, 256), "fp16")
+    assert layout == {"ring": 56832, "ds": 2560, "staging": 5120}
+
+
+class _Cc(_Gpu):
+    def __init__(self, cc: str, sms: int = 132):
+        self.compute_capability, self.sm_count = cc, sms
+
+
+def test_cluster_split_fills_the_gpu_without_oversubscribing():
+    d7 = conv("d", "dw", 960, 960, 7, 3)
+    p7 = conv("p", "pw", 960, 160, 7, act=None)
+    t = Tile(2, 4, 32, 64, 256)  # 4 x 2 spatial x 5 filter tiles = 40 blocks, 15 chunks of 64 channels
+    # 40 x 2 = 80 and 40 x 4 = 160 <= 2 x 132 = 264; 40 x 8 = 320 is over -> 4
+    assert tiles.cluster_split("dw_pw", (d7, p7), t, 1, _Cc("9.0")) == 4
+    assert tiles.cluster_split("dw_pw", (d7, p7), t, 8, _Cc("9.0")) == 1  # 320 blocks already
+    assert tiles.cluster_split("dw_pw", (d7, p7), t, 1, _Cc("8.0")) == 1  # no clusters before Hopper
+    assert tiles.cluster_split("pw_dw", (E7, D7), t, 1, _Cc("9.0")) == 1
+    # never more blocks per cluster than chunks: 960 / 512 -> 2 chunks
+    assert tiles.cluster_split("dw_pw", (d7, p7), Tile(2, 4, 32, 512, 256), 1, _Cc("9.0")) == 2
+
+
+def test_dw_pw_defines_choose_the_halo_copy_path():
+    odd = conv("d", "dw", 16, 16, 7, 3), conv("p", "pw", 16, 8, 7, act=None)
+    t = Tile(7, 7, 8, 8, 64)
+    d16 = kernel_defines("dw_pw", odd, t, "fp16", "fp32", [True, True], False, split=2)
+    d32 = kernel_defines("dw_pw", odd, t, "fp32", "fp32", [True, True], False)
+    assert d16["XA"] == 0 and d32["XA"] == 1  # fp16 pairs need an even map width
+    assert d16["KS"] == 2 and d16["TFP"] == 8 and d32["TFP"] == 8
+    assert kernel_defines("dw_pw", (D, P), Tile(4, 8, 24, 32, 256), "fp16", "fp32", [True, True], False)["XA"] == 1
+
+
+def test_pack_pw_weights_layout_and_tf32_rounding():
+    import numpy as np
+
+    from fuseplanner.kernels.fused import pack_pw_weights
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((10, 6)).astype(np.float32)  # N = 10 filters, C = 6 channels
+    p = pack_pw_weights(np, w, 4, "fp32", "fp32")  # 3 filter tiles of 4, rows of 4 (16 B)
+    assert p.shape == (3, 6, 4) and p.dtype == np.float32
+    for f in range(10):
+        assert np.array_equal(p[f // 4, :, f % 4], w[f])
+    assert not p[2, :, 2:].any()  # filters 10, 11 do not exist: zero
+    h = pack_pw_weights(np, w, 4, "fp16", "fp32")  # fp16 rows of 8 (16 B)
+    assert h.shape == (3, 6, 8) and h.dtype == np.float16 and not h[:, :, 4:].any()
+    t = pack_pw_weights(np, w, 4, "fp32", "tf32")
+    assert not (t.view(np.uint32) & 0x1FFF).any()  # 10 mantissa bits left
+    assert np.allclose(t[0, :, 0], w[0], rtol=2.0**-11, atol=0)

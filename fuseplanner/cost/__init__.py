@@ -18,7 +18,7 @@ from ..specs import GpuSpec
 from ..specs import gpu as _gpu
 from . import paper
 from .layers import VIEW_OPS, stream_cost
-from .model import MEMBERS, PIPELINE_DEPTH, PRECISIONS, context, dram_traffic, estimate_ours, l1_filtered
+from .model import MEMBERS, PRECISIONS, context, dram_traffic, estimate_ours, l1_filtered, scheduled
 from .time import blocks_per_sm, kernel_time, mma_rate, warp_rates
 from .traffic import span_union
 from .work import PARAM_BYTES, whole_bytes
@@ -102,7 +102,7 @@ def best_tile(
     sms = hw.sm_count
     mma = mma_rate(dtype, precision, hw)
     rates = warp_rates(kind, dtype, precision, hw)
-    depth = PIPELINE_DEPTH.get(kind, 1)
+    depth = 1
     by_time, by_gma = objective == "time", objective == "gma"
     occupancy: dict[tuple[int, int, int], int] = {}
     best: tuple[float, float, float, float] | None = None
@@ -123,7 +123,7 @@ def best_tile(
         key = (tile.th, tile.tw, tile.tf, tile.tc)
         if key != shape:  # tiles that differ only in threads move and compute the same (one Work)
             shape = key
-            w = l1_filtered(work(tile, batch, residual), hw)
+            w, depth = scheduled(kind, ops, tile, dtype, batch, gpu, l1_filtered(work(tile, batch, residual), hw))
             gma = whole_bytes(w.gma_read / 32.0) + whole_bytes(w.gma_write / 32.0)
             dram_by_bps.clear()
         if by_gma and best is not None and gma > best[0]:
@@ -190,10 +190,18 @@ def estimate_op(op: Op, dtype: str, batch: int, gpu: GpuSpec | str, *, precision
     return stream_cost(op, dtype, batch, spec, precision)
 
 
+def _weight_bytes(kind: str, g, e: int) -> int:
+    """Bytes per weight element a kernel reads: the storage dtype's in the pw/linear kernel and for
+    dw_pw's packed PW member, fp32 (`work.PARAM_BYTES`) elsewhere."""
+    if kind in ("pw", "linear") or (kind == "dw_pw" and not g.depthwise):
+        return e
+    return PARAM_BYTES
+
+
 def compulsory(kind: str, ops: Sequence[Op], dtype: str, batch: int, residual: bool = False) -> dict[str, float]:
     """Bytes every kernel of this kind must move at least, whatever its tile (exact element bytes, no
     sector rounding): the input elements some output needs, the weights and biases (fp32 biases, and
-    fp32 weights except in the pw/linear kernel: `work.PARAM_BYTES`), the residual (0
+    fp32 weights except in the pw/linear kernel and dw_pw's PW member: `_weight_bytes`), the residual (0
     when it is the block's own input, as in a pw_dw_pw inverted residual) and the output. The
     intermediate tensors of a fused kind are not included."""
     km = context(kind, tuple(ops), dtype)
@@ -207,8 +215,7 @@ def compulsory(kind: str, ops: Sequence[Op], dtype: str, batch: int, residual: b
         need = first.c * rows * cols
     else:
         need = first.c * first.ho * first.wo
-    we = e if kind in ("pw", "linear") else PARAM_BYTES  # only the pw/linear kernel keeps weights in the dtype
-    weights = sum(g.weight_elems * we + (g.co * PARAM_BYTES if g.bias else 0) for g in gs)
+    weights = sum(g.weight_elems * _weight_bytes(kind, g, e) + (g.co * PARAM_BYTES if g.bias else 0) for g in gs)
     out = last.out_elems * batch * e
     res_is_input = getattr(km, "res_is_input", False)  # a pw_dw_pw block adding its own input
     return {

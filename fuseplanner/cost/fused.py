@@ -8,7 +8,9 @@ fused kernel saves is their write and read, what it pays is recomputation and re
   input window, and reads its tf PW weight rows and DW filters. Input read once per filter tile.
 - ``dw_pw``: a block computes tf PW filters x (th x tw) pixels; for each tc-channel chunk it stages the
   DW input window, runs the DW and accumulates the PW. The DW (and its input window, and its filters)
-  is recomputed/re-read once per filter tile.
+  is recomputed/re-read once per filter tile. Its PW weights are packed by the launcher per filter
+  tile in the storage dtype (`packed_pw_weight_sectors`); on Hopper a cluster of blocks may split the
+  channel chunks of one output tile (`tiles.cluster_split`), which changes the schedule, not the bytes.
 - ``pw_pw``: a block stages its C1 x (th x tw) input pixels once, computes tc mid channels of the
   first PW at a time and accumulates tf filters of the second; the first PW (and all of W1) is
   recomputed/re-read once per filter tile.
@@ -24,7 +26,7 @@ from ..ir import Tile
 from .dw import dw_weight_sectors, dw_weight_unique, halo
 from .pw import input_unique, pw_weight_sectors, pw_weight_unique
 from .shapes import Geom
-from .traffic import row_sectors, span_total
+from .traffic import row_sectors, sectors, span_total
 from .work import (
     PARAM_BYTES,
     KernelModel,
@@ -114,6 +116,24 @@ class PwDwModel(FusedModel):
                              2.0 * gd.macs, pw_done, input_unique(gp, self.e, b))  # fmt: skip
 
 
+def packed_pw_weight_sectors(g: Geom, tf: int, e: int) -> float:
+    """Sectors of all filter tiles of dw_pw reading their packed PW weights wp[tile][C][TFP] (storage
+    dtype, rows of TFP = tf rounded up to 16 bytes, 16-byte aligned: a row of L bytes costs L/32
+    sectors when L is a multiple of 32, else (L + 16)/32 on average), plus their fp32 biases."""
+    row = _rup(tf * e, 16)
+    s = cdiv(g.co, tf) * g.c * (row / 32 if row % 32 == 0 else (row + 16) / 32)
+    return s + block_split_sectors(g.co, tf, PARAM_BYTES) if g.bias else s
+
+
+def packed_pw_weight_unique(g: Geom, tf: int, e: int) -> float:
+    """Bytes of dw_pw's packed PW weights (zero padding included) and fp32 bias, whole sectors."""
+    return 32.0 * (sectors(cdiv(g.co, tf) * g.c * _rup(tf * e, 16)) + (sectors(g.co * PARAM_BYTES) if g.bias else 0))
+
+
+def _rup(a: int, b: int) -> int:
+    return -(-a // b) * b
+
+
 class DwPwModel(FusedModel):
     def spatial(self, th: int, tw: int) -> tuple:
         gd, gp = self.gs
@@ -125,14 +145,17 @@ class DwPwModel(FusedModel):
 
     def channel(self, tf: int, tc: int) -> tuple:
         gd, gp = self.gs
-        return cdiv(gp.co, tf), dw_weight_sectors(gd, tc), pw_weight_sectors(gp, tf, tc, PARAM_BYTES), cdiv(gd.c, tc)
+        w_u = dw_weight_unique(gd) + packed_pw_weight_unique(gp, tf, self.e)
+        return (cdiv(gp.co, tf), dw_weight_sectors(gd, tc), packed_pw_weight_sectors(gp, tf, self.e), cdiv(gd.c, tc),
+                w_u)  # fmt: skip
 
     def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
         gd, gp = self.gs
         nsp, in_s, in_u, out = sp
-        nf, w_dw, w_pw, iters = ch
-        return self.assemble(b, residual, nf * in_s, nsp * (nf * w_dw + w_pw), out, nf, nsp, iters,
-                             nf * 2.0 * gd.macs, 2.0 * gp.macs, whole_bytes(b * in_u))  # fmt: skip
+        nf, w_dw, w_pw, iters, w_u = ch
+        w = self.assemble(b, residual, nf * in_s, nsp * (nf * w_dw + w_pw), out, nf, nsp, iters,
+                          nf * 2.0 * gd.macs, 2.0 * gp.macs, whole_bytes(b * in_u))  # fmt: skip
+        return w._replace(w_unique=w_u)
 
 
 class PwPwModel(FusedModel):

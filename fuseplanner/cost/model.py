@@ -37,7 +37,8 @@ MODELS: dict[str, type[KernelModel]] = {
     "pw_pw": PwPwModel,
     "pw_dw_pw": PwDwPwModel,
 }
-#: Chunk loads in flight per block (pw/linear run a cp.async ring; the others are single buffered).
+#: Chunk loads in flight per block (pw/linear run a cp.async ring; dw_pw's depth is per tile, see
+#: `scheduled`; the others are single buffered).
 PIPELINE_DEPTH = {"pw": tiles.PW_STAGES - 1, "linear": tiles.PW_STAGES - 1}
 
 PRECISIONS = ("fp32", "tf32")
@@ -100,6 +101,18 @@ def l1_filtered(w: Work, hw: Hw) -> Work:
     return w._replace(gma_read=w.gma_read - w.w_read + keep, w_read=keep, ld_read=w.gma_read - w.w_read + share)
 
 
+def scheduled(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, batch: int, gpu: GpuSpec, w: Work) -> tuple[Work, int]:
+    """(`w` as the launch schedules it, chunk loads a block keeps in flight). A dw_pw cluster split
+    (`tiles.cluster_split`) multiplies the blocks and divides each block's chain of chunks; the bytes
+    and FLOPs stay. Depth: the cp.async ring's stages - 1 (pw/linear, dw_pw), else 1."""
+    ks = tiles.cluster_split(kind, ops, tile, batch, gpu)
+    if ks > 1:
+        w = w._replace(blocks=w.blocks * ks, iters=cdiv(w.iters, ks))
+    if kind == "dw_pw":
+        return w, tiles.fused_stages(kind, ops, tile, dtype) - 1
+    return w, PIPELINE_DEPTH.get(kind, 1)
+
+
 def estimate_ours(
     kind: str, ops: Sequence[Op], tile: Tile, dtype: str, batch: int, gpu: GpuSpec, residual: bool, precision: str
 ) -> Cost:
@@ -118,10 +131,9 @@ def estimate_ours(
     bps, limiter = blocks_per_sm(smem, tile.threads, regs, hw)
     if bps < 1:
         return Cost(feasible=False, reason=f"{kind} {tile}: no block fits on an SM ({limiter})")
-    w = l1_filtered(km.work(tile, batch, residual), hw)
+    w, depth = scheduled(kind, ops, tile, dtype, batch, gpu, l1_filtered(km.work(tile, batch, residual), hw))
     conc = hw.sm_count * bps
     dram_r, dram_w = dram_traffic(w, conc, hw)
-    depth = PIPELINE_DEPTH.get(kind, 1)
     rates = warp_rates(kind, dtype, precision, hw)
     t = kernel_time(w, dram_r + dram_w, bps, tile.threads, hw, mma_rate(dtype, precision, hw), rates, depth)
     res = KernelResources(

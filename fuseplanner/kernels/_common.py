@@ -163,4 +163,11 @@ def _props_spec(device: int) -> SimpleNamespace:
         max_threads_per_block=int(p["maxThreadsPerBlock"]),
         regs_per_sm=int(p["regsPerMultiprocessor"]),
         sm_count=int(p["multiProcessorCount"]),
+        compute_capability=f"{p['major']}.{p['minor']}",
     )
+
+
+def device_props(cp) -> SimpleNamespace:
+    """The current device's own limits (name, SM count, compute capability, ...), read off its
+    properties: what a launch must respect, whatever spec the plan was made for."""
+    return _props_spec(cp.cuda.runtime.getDevice())

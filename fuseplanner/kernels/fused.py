@@ -28,6 +28,7 @@ from ._common import (
     check_array,
     check_precision,
     conv_out_hw,
+    device_props,
     dtype_defines,
     linear_dims,
     null_ptr,
@@ -141,8 +142,8 @@ def _pw_checked(op: Op) -> None:
 
 
 def _launch(kind: str, ops, tile: Tile, dtype: str, precision: str, biases: Sequence[bool], residual,
-            grid: tuple[int, int, int], args: tuple, out, keep: tuple) -> Launch:
-    defines = kernel_defines(kind, ops, tile, dtype, precision, biases, residual is not None)
+            grid: tuple[int, int, int], args: tuple, out, keep: tuple, **extra) -> Launch:
+    defines = kernel_defines(kind, ops, tile, dtype, precision, biases, residual is not None, **extra)
     source, name = SOURCES[kind]
     kernel = _build.compile_kernel(source, name, defines)
     return Launch(kernel, grid, tile.threads, defines["SMEM_TOTAL"], args, out, defines, keep)
@@ -156,10 +157,12 @@ SOURCES = {kind: (f"fused_{kind}.cu", f"fused_{kind}") for kind in tiles.FUSED_K
 
 
 def kernel_defines(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, precision: str,
-                   biases: Sequence[bool], residual: bool) -> dict[str, int]:
+                   biases: Sequence[bool], residual: bool, split: int = 1, aligned: bool = True) -> dict[str, int]:
     """Every #define of kernels/fused_<kind>.cu for this group, tile, dtype and precision (pure).
 
-    `biases` says which member ops have a bias; `residual` whether a residual is added.
+    `biases` says which member ops have a bias; `residual` whether a residual is added. dw_pw only:
+    `split` is the cluster split of the reduction (`tiles.cluster_split`), `aligned` whether the input
+    pointer allows 4-byte copies (the halo then goes through cp.async where its rows allow).
     """
     prec = precision_code(dtype, precision)
     th, tw, tf, tc, threads = tile.th, tile.tw, tile.tf, tile.tc, tile.threads
@@ -185,7 +188,35 @@ def kernel_defines(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, precisi
             d.update(gemm_defines("1", tc, n1, kp, _rup(n1, 8), threads, prec, False))
     if kind != "pw_dw":
         d.update(gemm_defines("2", tf, p, mp, _rup(p, 8), threads, prec, True))
+    if kind == "dw_pw":
+        e = 2 if dtype == "fp16" else 4
+        w = ops[0].in_shape[3]
+        d.update({"STAGES": tiles.fused_stages(kind, ops, tile, dtype), "KS": split, "TFP": packed_width(tf, dtype),
+                  "XA": int(aligned and (e == 4 or w % 2 == 0))})
     return d
+
+
+def packed_width(tf: int, dtype: str) -> int:
+    """Row length of the packed PW weights of dw_pw: tf rounded up to whole 16-byte copies."""
+    return _rup(tf, 16 // (2 if dtype == "fp16" else 4))
+
+
+def pack_pw_weights(cp, w, tf: int, dtype: str, precision: str):
+    """dw_pw's PW weights [N, C] as wp[N / tf tiles][C][TFP] in the storage dtype (zero padded; TF32-
+    rounded for precision "tf32"), so that a block's chunk rows are contiguous 16-byte runs."""
+    nf, c = (int(v) for v in w.shape)
+    tiles_f, tfp = -(-nf // tf), packed_width(tf, dtype)
+    full = cp.zeros((tiles_f * tf, c), dtype=cp.float32)
+    full[:nf] = w
+    packed = cp.zeros((tiles_f, c, tfp), dtype=cp.float32)
+    packed[:, :, :tf] = full.reshape(tiles_f, tf, c).transpose(0, 2, 1)
+    if dtype == "fp16":
+        return cp.ascontiguousarray(packed.astype(cp.float16))
+    if precision == "tf32":  # round to nearest (ties away), as cvt.rna.tf32.f32 does
+        bits = packed.view(cp.uint32)
+        bits = (bits + cp.uint32(0x1000)) & cp.uint32(0xFFFFE000)
+        packed = bits.view(cp.float32)
+    return cp.ascontiguousarray(packed)
 
 
 # ---- PW -> DW ----------------------------------------------------------------------------------------
@@ -235,17 +266,19 @@ def prepare_dw_pw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp3
     w1 = weight_as(cp, w1, (c, dw.kernel[0] * dw.kernel[1]), None, f"{dw.name} weight")
     b1 = bias_as(cp, b1, c, f"{dw.name} bias")
     w2 = weight_as(cp, w2, (nf, c), None, f"{pw.name} weight")
+    wp = pack_pw_weights(cp, w2, tile.tf, dtype, precision)
     b2 = bias_as(cp, b2, nf, f"{pw.name} bias")
     shape = (n, nf, ho, wo)
     out = output_array(cp, out, shape, dtype)
     residual = _res(cp, residual, shape, dtype)
+    split = tiles.cluster_split("dw_pw", ops, tile, n, device_props(cp))
     tiles_w = math.ceil(wo / tile.tw)
-    grid = (math.ceil(ho / tile.th) * tiles_w, math.ceil(nf / tile.tf), n)
+    grid = (math.ceil(ho / tile.th) * tiles_w * split, math.ceil(nf / tile.tf), n)
     nul = null_ptr(cp)
-    args = (x, w1, _or(b1, nul), w2, _or(b2, nul), _or(residual, nul), out,
+    args = (x, w1, _or(b1, nul), wp, _or(b2, nul), _or(residual, nul), out,
             *_i32(c, nf, h, w, ho, wo, dw.pads[0], dw.pads[1], tiles_w))
     return _launch("dw_pw", ops, tile, dtype, precision, (b1 is not None, b2 is not None), residual, grid, args,
-                   out, (x, w1, b1, w2, b2, residual))
+                   out, (x, w1, b1, wp, b2, residual), split=split, aligned=x.data.ptr % 4 == 0)
 
 
 # ---- PW -> PW (or linear -> linear) --------------------------------------------------------------------
