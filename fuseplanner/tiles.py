@@ -56,7 +56,7 @@ PW_MAX_STAGES = 6
 PW_RING_BYTES = 64 * 1024
 #: Deepest pw/linear ring (the depth of a given tile is `pw_stages(kind, tile, dtype)`).
 PW_STAGES = PW_MAX_STAGES
-#: The dw_pw kernel's cp.async ring: as many stages as fit in FUSED_RING_BYTES, 2..4.
+#: The pw_dw and dw_pw kernels' cp.async ring: as many stages as fit in FUSED_RING_BYTES, 2..4.
 FUSED_MIN_STAGES = 2
 FUSED_MAX_STAGES = 4
 FUSED_RING_BYTES = 64 * 1024
@@ -159,9 +159,9 @@ def fused_smem_layout(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> d
 
     Exactly the kernels' layout: GEMM operands are At[K][M+8] (weights, transposed) and B[K][N+8]
     (activations) with K padded to 16, M (filters) to 16 and N (pixels) to 8, buffers 128-byte
-    aligned; the fp32 communication buffers are [rows][N+8]. dw_pw streams its chunks through a
-    `fused_stages`-deep "ring" of halo window, DW weights and biases, and PW weights; the others are
-    single buffered with one chunk of register prefetch. "staging" (the fp32 final-output tile)
+    aligned; the fp32 communication buffers are [rows][N+8]. pw_dw and dw_pw stream their chunks
+    through a `fused_stages`-deep "ring" (halo window and PW weights; dw_pw also DW weights and
+    biases); pw_pw and pw_dw_pw are single buffered with one chunk of register prefetch. "staging" (the fp32 final-output tile)
     aliases the others from offset 0, so the block needs max(sum of the rest, staging).
     """
     return _fused_smem_layout(kind, ops, tile.th, tile.tw, tile.tf, tile.tc, dtype_bytes(dtype))
@@ -175,12 +175,13 @@ def _fused_smem_layout(kind: str, ops: Sequence[Op], th: int, tw: int, tf: int, 
     if kind == "pw_dw":
         hh, ww = _halo(kind, ops, th, tw)
         kh, kw = ops[1].kernel
-        n1p = _rup(hh * ww, 8)
-        return {"xs": a(kp * (n1p + 8) * e), "ws": a(kp * (mp + 8) * e), "cs": a(mp * (n1p + 8) * ACC_BYTES),
-                "wd": a(tf * kh * kw * ACC_BYTES)}
+        n1p = _rup(hh * staged_window_width(ww, e), 8)
+        stage = _pw_dw_stage_bytes(ops, th, tw, tf, tc, e)
+        return {"ring": ring_stages(stage) * stage, "cs": a(mp * (n1p + 8) * ACC_BYTES),
+                "wd": a(tf * (kh * kw + 1) * ACC_BYTES)}
     if kind == "dw_pw":
         stage = _dw_pw_stage_bytes(ops, th, tw, tf, tc, e)
-        return {"ring": dw_pw_stages_of(stage) * stage, "ds": a(kp * (np_ + 8) * e),
+        return {"ring": ring_stages(stage) * stage, "ds": a(kp * (np_ + 8) * e),
                 "staging": a(mp * (np_ + 8) * ACC_BYTES)}
     c1p = _rup(ops[0].c_in, 16)
     if kind == "pw_pw":
@@ -198,8 +199,8 @@ def _fused_smem_layout(kind: str, ops: Sequence[Op], th: int, tw: int, tf: int, 
 
 
 def staged_window_width(ww: int, e: int) -> int:
-    """Columns of a halo row as the dw_pw kernel stages it: fp16 rows start at an even map column
-    and hold whole 4-byte pairs (kernels/fused_dw_pw.cu WWA)."""
+    """Columns of a halo row as the pw_dw and dw_pw kernels stage it: fp16 rows start at an even map
+    column and hold whole 4-byte pairs (kernels/fused_*.cu WWA)."""
     return ww if e == 4 else _rup(ww + 1, 2)
 
 
@@ -215,17 +216,29 @@ def _dw_pw_stage_bytes(ops: Sequence[Op], th: int, tw: int, tf: int, tc: int, e:
     return a(tc * hh * staged_window_width(ww, e) * e) + a(tc * (kh * kw + 1) * ACC_BYTES) + a(kp * (mp + 8) * e)
 
 
-def dw_pw_stages_of(stage: int) -> int:
-    """Ring depth of the dw_pw kernel for a stage of `stage` bytes (kernels/fused_dw_pw.cu STAGES):
-    as many as fit in FUSED_RING_BYTES, between FUSED_MIN_STAGES and FUSED_MAX_STAGES."""
+def _pw_dw_stage_bytes(ops: Sequence[Op], th: int, tw: int, tf: int, tc: int, e: int) -> int:
+    """One stage of the pw_dw ring: halo window Xs[kp][n1p + 8] with rows of the staged width, and PW
+    weights At[kp][mp + 8], both in the dtype and 128-byte aligned."""
+    hh, ww = _halo("pw_dw", ops, th, tw)
+    kp, mp = _rup(tc, 16), _rup(tf, 16)
+    n1p = _rup(hh * staged_window_width(ww, e), 8)
+    return _rup(kp * (n1p + 8) * e, SMEM_ALIGN) + _rup(kp * (mp + 8) * e, SMEM_ALIGN)
+
+
+def ring_stages(stage: int) -> int:
+    """Ring depth of the pw_dw and dw_pw kernels for a stage of `stage` bytes (kernels/fused_*.cu
+    STAGES): as many as fit in FUSED_RING_BYTES, between FUSED_MIN_STAGES and FUSED_MAX_STAGES."""
     return max(FUSED_MIN_STAGES, min(FUSED_MAX_STAGES, FUSED_RING_BYTES // stage))
 
 
 def fused_stages(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> int:
-    """Chunks a fused kernel's block keeps in flight plus one: the dw_pw ring depth, 2 (one chunk of
-    register prefetch) for the other fused kinds."""
+    """Chunks a fused kernel's block keeps in flight plus one: the ring depth of pw_dw and dw_pw, 2
+    (one chunk of register prefetch) for pw_pw and pw_dw_pw."""
+    e = dtype_bytes(dtype)
     if kind == "dw_pw":
-        return dw_pw_stages_of(_dw_pw_stage_bytes(ops, tile.th, tile.tw, tile.tf, tile.tc, dtype_bytes(dtype)))
+        return ring_stages(_dw_pw_stage_bytes(ops, tile.th, tile.tw, tile.tf, tile.tc, e))
+    if kind == "pw_dw":
+        return ring_stages(_pw_dw_stage_bytes(ops, tile.th, tile.tw, tile.tf, tile.tc, e))
     return 2
 
 

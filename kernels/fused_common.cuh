@@ -373,3 +373,71 @@ struct Prefetch3 {
         for (int j = 0; j < I3; ++j) if (t + j * THREADS < N3) s3(t + j * THREADS, v3[j]);
     }
 };
+
+// ---- cp.async staging of the pw_dw and dw_pw rings -------------------------------------------------
+// DW weights [n][kk] and biases of channels c0 .. c0+N (fp32) into dst[N*KK] then dst[N*KK + k];
+// zero-filled past `count` channels and when there is no bias (HB == 0).
+template <int N, int KK, int HB>
+__device__ __forceinline__ void copy_dw_params(float* dst, const float* __restrict__ w, const float* __restrict__ bias,
+                                               int c0, int count) {
+    for (int t = threadIdx.x; t < N * (KK + 1); t += THREADS) {
+        if (t < N * KK) {
+            const bool ok = c0 + t / KK < count;
+            cp_async<4>(dst + t, ok ? w + (long long)c0 * KK + t : w, ok);
+        } else {
+            const int c = c0 + t - N * KK;
+            const bool ok = HB && c < count;
+            cp_async<4>(dst + t, ok ? bias + c : w, ok);
+        }
+    }
+}
+
+// Rows c0 .. c0+Kp of a packed weight block wpb[C][Tfp] (storage dtype) into At[k][Ldw] with 16-byte
+// copies; rows k >= Tc (K padding) and channels >= C are zero-filled.
+template <int Tfp, int Kp, int Tc, int Ldw>
+__device__ __forceinline__ void copy_packed_rows(T* dst, const T* __restrict__ wpb, const T* valid, int c0, int C) {
+    constexpr int WU = 16 / (int)sizeof(T), WROW = Tfp / WU;
+    for (int t = threadIdx.x; t < Kp * WROW; t += THREADS) {
+        const int k = t / WROW, u = t - (t / WROW) * WROW, c = c0 + k;
+        const bool ok = k < Tc && c < C;
+        cp_async<16>(dst + k * Ldw + u * WU, ok ? wpb + (long long)c * Tfp + u * WU : valid, ok);
+    }
+}
+
+// The halo windows of channels c0 .. c0+Rows (rows k >= Tc and channels >= C zero-filled) with 4-byte
+// copies: window row yy of channel k lands at dst[k * Kstride + yy * Wwa], staged column j holding map
+// column xs0 + j (xs0 even for fp16, W even: a pair is inside the map or outside it).
+template <int Rows, int Tc, int Hh, int Wwa, int Kstride>
+__device__ __forceinline__ void copy_halo(T* dst, const T* __restrict__ xb, int c0, int C, int H, int W, int iy0,
+                                          int xs0) {
+    constexpr int XU = 4 / (int)sizeof(T), UROW = Wwa / XU;
+    for (int t = threadIdx.x; t < Rows * Hh * UROW; t += THREADS) {
+        const int r = t / UROW, u = t - (t / UROW) * UROW, k = r / Hh, yy = r - (r / Hh) * Hh;
+        const int c = c0 + k, gy = iy0 + yy, gx = xs0 + u * XU;
+        const bool ok = k < Tc && c < C && gy >= 0 && gy < H && gx >= 0 && gx + XU <= W;
+        cp_async<4>(dst + k * Kstride + yy * Wwa + u * XU, ok ? xb + ((long long)c * H + gy) * W + gx : xb, ok);
+    }
+}
+
+// Element i of a chunk's halo windows for register staging (when 4-byte copies cannot serve the rows):
+// channel c0 + i / Kn, staged position n = i % Kn (row n / Wwa, map column xs0 + n % Wwa); 0 outside
+// the map, past C and for n >= Nvalid.
+template <int Kn, int Nvalid, int Wwa>
+__device__ __forceinline__ float halo_elem(int i, const T* __restrict__ xb, int c0, int C, int H, int W, int iy0,
+                                           int xs0) {
+    const int k = i / Kn, n = i - (i / Kn) * Kn, c = c0 + k;
+    const int gy = iy0 + n / Wwa, gx = xs0 + n % Wwa;
+    return (c < C && n < Nvalid && gy >= 0 && gy < H && gx >= 0 && gx < W) ? ldg_f(xb + ((long long)c * H + gy) * W + gx)
+                                                                           : 0.f;
+}
+
+// Fill a cp.async ring: chunks 0 .. S-2 (of nk) into stages 0 .. S-2, one commit group per stage
+// (empty groups past nk keep the group count of cp_async_wait<S - 2> right).
+template <int S, class F>
+__device__ __forceinline__ void ring_prologue(int nk, F issue) {
+#pragma unroll 1
+    for (int s = 0; s < S - 1; ++s) {
+        if (s < nk) issue(s, s);
+        cp_async_commit();
+    }
+}

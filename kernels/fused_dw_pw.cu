@@ -92,33 +92,10 @@ fused_dw_pw(const T* __restrict__ x, const float* __restrict__ w1, const float* 
     // Asynchronous copies of chunk i into stage s (zero-filled outside the tensors).
     auto issue = [&](int i, int s) {
         const int c0 = chunk0(i);
-        float* wdd = wd_of(s);
-        for (int t = tid; t < TC * (KK + 1); t += THREADS) {
-            if (t < TC * KK) {
-                const bool ok = c0 + t / KK < C;
-                cp_async<4>(wdd + t, ok ? w1 + (long long)c0 * KK + t : w1, ok);
-            } else {
-                const int c = c0 + t - TC * KK;
-                const bool ok = HAS_B1 && c < C;
-                cp_async<4>(wdd + t, ok ? b1 + c : w1, ok);
-            }
-        }
-        T* wss = ws_of(s);
-        constexpr int WROW = TFP / WU;
-        for (int t = tid; t < KP * WROW; t += THREADS) {
-            const int k = t / WROW, u = t - (t / WROW) * WROW, c = c0 + k;
-            const bool ok = k < TC && c < C;
-            cp_async<16>(wss + k * LDW + u * WU, ok ? wpb + (long long)c * TFP + u * WU : wp, ok);
-        }
+        copy_dw_params<TC, KK, HAS_B1>(wd_of(s), w1, b1, c0, C);
+        copy_packed_rows<TFP, KP, TC, LDW>(ws_of(s), wpb, wp, c0, C);
 #if XA
-        T* xw = xw_of(s);
-        constexpr int UROW = WWA / XU;
-        for (int t = tid; t < TC * HH * UROW; t += THREADS) {
-            const int r = t / UROW, u = t - (t / UROW) * UROW, k = r / HH, yy = r - (r / HH) * HH;
-            const int c = c0 + k, gy = iy0 + yy, gx = xs0 + u * XU;
-            const bool ok = c < C && gy >= 0 && gy < H && gx >= 0 && gx + XU <= W;
-            cp_async<4>(xw + k * WIN + yy * WWA + u * XU, ok ? xb + ((long long)c * H + gy) * W + gx : xb, ok);
-        }
+        copy_halo<TC, TC, HH, WWA, WIN>(xw_of(s), xb, c0, C, H, W, iy0, xs0);
 #endif
     };
 
@@ -126,11 +103,7 @@ fused_dw_pw(const T* __restrict__ x, const float* __restrict__ w1, const float* 
     // Register prefetch of the halo window (one chunk ahead), for rows that 4-byte copies cannot serve.
     int c0l = 0;
     T* xwl = xw_of(0);
-    auto ldx = [&](int i) {
-        const int k = i / WIN, q = i - (i / WIN) * WIN, c = c0l + k;
-        const int gy = iy0 + q / WWA, gx = xs0 + q % WWA;
-        return (c < C && gy >= 0 && gy < H && gx >= 0 && gx < W) ? ldg_f(xb + ((long long)c * H + gy) * W + gx) : 0.f;
-    };
+    auto ldx = [&](int i) { return halo_elem<WIN, WIN, WWA>(i, xb, c0l, C, H, W, iy0, xs0); };
     auto stx = [&](int i, float v) { from_f(xwl[i], v); };
     auto nop_l = [](int) { return 0.f; };
     auto nop_s = [](int, float) {};
@@ -143,11 +116,7 @@ fused_dw_pw(const T* __restrict__ x, const float* __restrict__ w1, const float* 
 
     BlockAcc<ME2, NE2, G2M, G2N> acc;
     acc.zero();
-#pragma unroll 1
-    for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < nk) issue(s, s);
-        cp_async_commit();
-    }
+    ring_prologue<STAGES>(nk, issue);
 #pragma unroll 1
     for (int i = 0; i < nk; ++i) {
         const int s = i % STAGES, c0 = chunk0(i);

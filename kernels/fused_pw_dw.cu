@@ -1,83 +1,127 @@
 // Fused PW -> DW (expansion 1x1, then depthwise k x k), NCHW. See fuseplanner/tiles.py (kind pw_dw).
 //
 // Block (blockIdx.x: spatial tile, .y: filter tile, .z: image) computes TF expanded channels x TH x TW
-// DW outputs. For each chunk of TC PW input channels it stages the chunk's input halo window
-// (xs, B operand) and the TF x TC PW weights (ws, A operand, transposed), and accumulates the expanded
-// window TF x HH*WW in fp32 shared memory (cs, the communication buffer). Then bias + ACT1 are applied
-// in place, with window positions outside the map set to 0 (the DW's zero padding applies to the PW
-// output), and the DW (+ bias, ACT2, residual) reads cs and writes the output.
+// DW outputs. For each chunk of TC PW input channels it stages the chunk's input halo window (xs,
+// B operand, rows of WWA staged columns) and the TC x TF PW weights (ws, A operand At[k][m], read from
+// the launcher's packed copy wp[filter tile][C][TFP] in the storage dtype), and accumulates the
+// expanded window TF x HH*WWA in fp32 shared memory (cs, the communication buffer). Then bias + ACT1
+// are applied in place, with window positions outside the map set to 0 (the DW's zero padding applies
+// to the PW output), and the DW (+ bias, ACT2, residual) reads cs and writes the output.
+//
+// Pipeline: a STAGES-deep cp.async ring of (halo window, PW weights) runs STAGES - 1 chunks ahead;
+// the DW weights and biases are copied with the first chunk. The halo goes through 4-byte cp.async
+// when XA = 1 (fp32 elements; fp16 pairs from an even column, which needs an even W), else it is
+// prefetched through registers one chunk ahead.
 //
 // Defines: T_HALF PREC THREADS TH TW TF TC KH KW SH SW DLH DLW ACT1 ACT2 HAS_B1 HAS_B2 HAS_RES
-//          G1M G1N ME1 NE1 (GEMM groups, from fuseplanner/kernels/fused.py) SMEM_TOTAL.
+//          G1M G1N ME1 NE1 (GEMM groups, from fuseplanner/kernels/fused.py) STAGES XA TFP SMEM_TOTAL.
 #include "fused_common.cuh"
 
+#ifndef XA
+#define XA 1
+#endif
+
+constexpr int E = (int)sizeof(T);
 constexpr int HH = (TH - 1) * SH + (KH - 1) * DLH + 1;
 constexpr int WW = (TW - 1) * SW + (KW - 1) * DLW + 1;
-constexpr int N1 = HH * WW, N1P = rup(N1, 8), P = TH * TW, KK = KH * KW;
+constexpr int XU = T_HALF ? 2 : 1;             // elements per 4-byte halo copy
+constexpr int WWA = rup(WW + XU - 1, XU);      // window row as staged (fp16: from an even column)
+constexpr int N1 = HH * WWA, N1P = rup(N1, 8), P = TH * TW, KK = KH * KW;
 constexpr int KP = rup(TC, 16), MP = rup(TF, 16);
 constexpr int LDX = N1P + 8, LDW = MP + 8, LDC = N1P + 8;
-constexpr int SZ_XS = al128(KP * LDX * (int)sizeof(T)), SZ_WS = al128(KP * LDW * (int)sizeof(T));
-constexpr int SZ_CS = al128(MP * LDC * 4), SZ_WD = al128(TF * KK * 4);
-constexpr int O_XS = 0, O_WS = O_XS + SZ_XS, O_CS = O_WS + SZ_WS, O_WD = O_CS + SZ_CS, SMEM = O_WD + SZ_WD;
+constexpr int WU = 16 / E;                     // elements per 16-byte weight copy
+static_assert(TFP % WU == 0 && TFP <= LDW, "packed weight rows must be whole 16-byte units");
+constexpr int SZ_XS = al128(KP * LDX * E), SZ_WS = al128(KP * LDW * E);
+constexpr int SZ_STAGE = SZ_XS + SZ_WS;
+constexpr int SZ_CS = al128(MP * LDC * 4), SZ_WD = al128(TF * (KK + 1) * 4);
+constexpr int O_CS = STAGES * SZ_STAGE, O_WD = O_CS + SZ_CS, SMEM = O_WD + SZ_WD;
 static_assert(SMEM == SMEM_TOTAL, "shared-memory layout disagrees with fuseplanner.tiles");
+static_assert(STAGES >= 2, "the ring needs two stages");
 constexpr int K1 = PREC == 0 ? TC : KP;
 
 extern "C" __global__ void __launch_bounds__(THREADS)
-fused_pw_dw(const T* __restrict__ x, const float* __restrict__ w1, const float* __restrict__ b1,
+fused_pw_dw(const T* __restrict__ x, const T* __restrict__ wp, const float* __restrict__ b1,
             const float* __restrict__ w2, const float* __restrict__ b2, const T* __restrict__ res,
             T* __restrict__ out, int C, int CE, int H, int W, int Ho, int Wo, int pt, int pl, int tiles_w) {
     extern __shared__ __align__(128) unsigned char smem[];
-    T* xs = reinterpret_cast<T*>(smem + O_XS);
-    T* ws = reinterpret_cast<T*>(smem + O_WS);
     float* cs = reinterpret_cast<float*>(smem + O_CS);
     float* wd = reinterpret_cast<float*>(smem + O_WD);
     const int tid = threadIdx.x;
     const int oy0 = (blockIdx.x / tiles_w) * TH, ox0 = (blockIdx.x % tiles_w) * TW;
-    const int f0 = blockIdx.y * TF, b = blockIdx.z;
+    const int fb = blockIdx.y, f0 = fb * TF, b = blockIdx.z;
     const int iy0 = oy0 * SH - pt, ix0 = ox0 * SW - pl;
+    const int xoff = T_HALF ? (ix0 & 1) : 0;   // staged column j holds map column xs0 + j
+    const int xs0 = ix0 - xoff;
     const T* xb = x + (long long)b * C * H * W;
+    const T* wpb = wp + (long long)fb * C * TFP;
+    const int nk = (C + TC - 1) / TC;
 
-    stage_copy<TF * KK>([&](int i) { return f0 + i / KK < CE ? __ldg(w2 + (long long)f0 * KK + i) : 0.f; },
-                        [&](int i, float v) { wd[i] = v; });
-    int c0l = 0;  // chunk the loaders read
-    auto ld0 = [&](int i) {
-                const int k = i / N1P, n = i % N1P, c = c0l + k;
-                const int gy = iy0 + n / WW, gx = ix0 + n % WW;
-                return (k < TC && c < C && n < N1 && gy >= 0 && gy < H && gx >= 0 && gx < W)
-                           ? ldg_f(xb + ((long long)c * H + gy) * W + gx) : 0.f;
-            };
-    auto st0 = [&](int i, float v) { xs[(i / N1P) * LDX + i % N1P] = stage(v); };
-    auto ld1 = [&](int i) {
-                const int m = i / KP, k = i % KP, c = c0l + k, f = f0 + m;
-                return (k < TC && c < C && m < TF && f < CE) ? __ldg(w1 + (long long)f * C + c) : 0.f;
-            };
-    auto st1 = [&](int i, float v) { ws[(i % KP) * LDW + i / KP] = stage(v); };
-    auto ld2 = [](int) { return 0.f; };
-    auto st2 = [](int, float) {};
-    Prefetch3<KP * N1P, MP * KP, 0> pf;
-    if constexpr (decltype(pf)::FITS) pf.load(ld0, ld1, ld2);
-    for (int c0 = 0; c0 < C; c0 += TC) {
+    auto xs_of = [&](int s) { return reinterpret_cast<T*>(smem + s * SZ_STAGE); };
+    auto ws_of = [&](int s) { return reinterpret_cast<T*>(smem + s * SZ_STAGE + SZ_XS); };
+
+    // DW weights and biases of the filter tile (in the first copy group).
+    copy_dw_params<TF, KK, HAS_B2>(wd, w2, b2, f0, CE);
+    // Asynchronous copies of chunk i into stage s (zero-filled outside the tensors and K padding).
+    auto issue = [&](int i, int s) {
+        const int c0 = i * TC;
+        copy_packed_rows<TFP, KP, TC, LDW>(ws_of(s), wpb, wp, c0, C);
+#if XA
+        copy_halo<KP, TC, HH, WWA, LDX>(xs_of(s), xb, c0, C, H, W, iy0, xs0);
+#else
+        // rows k >= TC of the K padding must be finite (they meet zero weights): zero them here
+        T* xs = xs_of(s);
+        for (int t = tid; t < (KP - TC) * N1P; t += THREADS) from_f(xs[(TC + t / N1P) * LDX + t % N1P], 0.f);
+#endif
+    };
+
+#if !XA
+    int c0l = 0;
+    T* xsl = xs_of(0);
+    auto ldx = [&](int i) { return halo_elem<N1P, N1, WWA>(i, xb, c0l, C, H, W, iy0, xs0); };
+    auto stx = [&](int i, float v) { from_f(xsl[(i / N1P) * LDX + i % N1P], v); };
+    auto nop_l = [](int) { return 0.f; };
+    auto nop_s = [](int, float) {};
+    Prefetch3<TC * N1P, 0, 0> pf;
+    if constexpr (decltype(pf)::FITS) pf.load(ldx, nop_l, nop_l);
+#endif
+
+    ring_prologue<STAGES>(nk, issue);
+#pragma unroll 1
+    for (int i = 0; i < nk; ++i) {
+        const int s = i % STAGES;
+        cp_async_wait<STAGES - 2>();
+#if !XA
+        xsl = xs_of(s);
         if constexpr (decltype(pf)::FITS) {
-            pf.store(st0, st1, st2);
+            pf.store(stx, nop_s, nop_s);
         } else {
-            c0l = c0;
-            stage_copy3<KP * N1P, MP * KP, 0>(ld0, st0, ld1, st1, ld2, st2);
+            c0l = i * TC;
+            stage_copy<TC * N1P>(ldx, stx);
         }
+#endif
         __syncthreads();
+        {
+            const int j = i + STAGES - 1;
+            if (j < nk) issue(j, j % STAGES);
+            cp_async_commit();
+        }
+#if !XA
         if constexpr (decltype(pf)::FITS) {
-            if (c0 + TC < C) {
-                c0l = c0 + TC;
-                pf.load(ld0, ld1, ld2);
+            if (i + 1 < nk) {
+                c0l = (i + 1) * TC;
+                pf.load(ldx, nop_l, nop_l);
             }
         }
-        if (c0 == 0) gemm_stream<ME1, NE1, G1M, G1N, K1, LDW, LDX, LDC, false>(ws, xs, cs);
-        else gemm_stream<ME1, NE1, G1M, G1N, K1, LDW, LDX, LDC, true>(ws, xs, cs);
-        __syncthreads();
+#endif
+        if (i == 0) gemm_stream<ME1, NE1, G1M, G1N, K1, LDW, LDX, LDC, false>(ws_of(s), xs_of(s), cs);
+        else gemm_stream<ME1, NE1, G1M, G1N, K1, LDW, LDX, LDC, true>(ws_of(s), xs_of(s), cs);
     }
+    cp_async_wait<0>();
+    __syncthreads();
     // PW epilogue in place; zero outside the map (the DW pads the PW output with zeros).
     for (int i = tid; i < TF * N1; i += THREADS) {
-        const int m = i / N1, n = i % N1, f = f0 + m;
-        const int gy = iy0 + n / WW, gx = ix0 + n % WW;
+        const int m = i / N1, n = i - (i / N1) * N1, f = f0 + m;
+        const int gy = iy0 + n / WWA, gx = xs0 + n % WWA;
         float v = 0.f;
         if (f < CE && gy >= 0 && gy < H && gx >= 0 && gx < W) v = act_t<ACT1>(cs[m * LDC + n] + bias_t<HAS_B1>(b1, f));
         cs[m * LDC + n] = v;
@@ -85,18 +129,18 @@ fused_pw_dw(const T* __restrict__ x, const float* __restrict__ w1, const float* 
     __syncthreads();
 #pragma unroll 2
     for (int i = tid; i < TF * P; i += THREADS) {
-        const int m = i / P, p = i % P, f = f0 + m;
-        const int oy = p / TW, ox = p % TW, gy = oy0 + oy, gx = ox0 + ox;
-        const float* src = cs + m * LDC + oy * SH * WW + ox * SW;
+        const int m = i / P, p = i - (i / P) * P, f = f0 + m;
+        const int oy = p / TW, ox = p - (p / TW) * TW, gy = oy0 + oy, gx = ox0 + ox;
+        const float* src = cs + m * LDC + oy * SH * WWA + ox * SW + xoff;
         const float* wf = wd + m * KK;
         float acc = 0.f;
 #pragma unroll
         for (int ky = 0; ky < KH; ++ky)
 #pragma unroll
-            for (int kx = 0; kx < KW; ++kx) acc = fmaf(src[ky * DLH * WW + kx * DLW], wf[ky * KW + kx], acc);
+            for (int kx = 0; kx < KW; ++kx) acc = fmaf(src[ky * DLH * WWA + kx * DLW], wf[ky * KW + kx], acc);
         if (f < CE && gy < Ho && gx < Wo) {
             const long long off = (((long long)b * CE + f) * Ho + gy) * Wo + gx;
-            float v = act_t<ACT2>(acc + bias_t<HAS_B2>(b2, f));
+            float v = act_t<ACT2>(acc + (HAS_B2 ? wd[TF * KK + m] : 0.f));
             st_f(out + off, add_residual(v, res, off));
         }
     }

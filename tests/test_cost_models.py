@@ -164,11 +164,12 @@ def test_pw_dw_fp32():
 
 def test_pw_dw_fp16():
     c = estimate("pw_dw", PW_DW, Tile(4, 8, 16, 8, 128), "fp16", 1, H100)
-    # input rows 16 B at pitch 16 (phases 0/16) -> 1: 10 x 8 = 80; weights fp32 as in the fp32 case:
-    #   Wr 76, Wu 38 -> keep 38; read 118 = 3,776 B (the same as fp32: the activations' sectors are
-    #   half full); write 128 = 4,096 B
-    # DRAM input 1,024 + fp32 weights 512 + 64 + 576 + 64 = 2,240
-    check(c, 3_776, 4_096, 2_240, 34_816, 4_096, 2)
+    # input rows 16 B at pitch 16 (phases 0/16) -> 1: 10 x 8 = 80 (as in fp32: half-full sectors)
+    # weights per tile: PW packed fp16, rows of 16 x 2 = 32 B aligned -> 8 rows = 8 + bias 2, DW fp32
+    #   18 + bias 2 -> 30 x 2 = Wr 60; Wu = 30 -> keep = max(0.3 x 60 = 18, min(30, 60)) = 30
+    # read 80 + 30 = 110 = 3,520 B; write 128 = 4,096 B
+    # DRAM input 1,024 + PW fp16 256 + bias 64 + DW 576 + 64 = 1,984
+    check(c, 3_520, 4_096, 1_984, 34_816, 4_096, 2)
 
 
 def test_pw_dw_batch2():
@@ -418,9 +419,9 @@ def test_compulsory():
     comp = compulsory("pw_dw", PW_DW, "fp32", 2)
     # input 2 x 8 x 64 x 4 = 4,096; weights (128 + 16) + (144 + 16) = 304 el x 4 = 1,216; output 8,192
     assert comp == {"input": 4096.0, "weights": 1216.0, "residual": 0.0, "output": 8192.0}
-    # fp16: activations halve (input 2 x 8 x 64 x 2 = 2,048; output 4,096), but the fused kernel keeps
-    #   fp32 weights and biases: still 304 el x 4 = 1,216
-    assert compulsory("pw_dw", PW_DW, "fp16", 2) == {"input": 2048.0, "weights": 1216.0, "residual": 0.0, "output": 4096.0}
+    # fp16: activations halve (input 2 x 8 x 64 x 2 = 2,048; output 4,096); the PW weights are packed
+    #   in fp16 (128 x 2 = 256), DW weights and both biases stay fp32 (16 + 144 + 16 = 176 el x 4 = 704)
+    assert compulsory("pw_dw", PW_DW, "fp16", 2) == {"input": 2048.0, "weights": 960.0, "residual": 0.0, "output": 4096.0}
     # the pw kernel keeps its weight matrix in fp16 and its bias in fp32: 16 x 32 x 2 + 32 x 4 = 1,152
     assert compulsory("pw", (pw(16, 32, 8, 8, s=2),), "fp16", 1)["weights"] == 16 * 32 * 2 + 32 * 4
     # a stride-2 PW needs only every other row and column

@@ -83,12 +83,14 @@ def groups(draw, kinds=("dw", "pw", "linear", "pw_dw", "dw_pw", "pw_pw", "pw_dw_
 
 def param_bytes(kind: str, ops, dtype: str) -> float:
     """Exact parameter bytes a kernel of `kind` reads at least once: fp32 biases, fp32 weights except
-    the layer-by-layer pw/linear kernel's weight matrix, which is in the storage dtype."""
+    the weight matrices of the layer-by-layer pw/linear kernel and the PW members of pw_dw and dw_pw
+    (packed), which are in the storage dtype."""
     e = 2 if dtype == "fp16" else 4
     total = 0
     for op in ops:
         g = geom(op)
-        total += g.weight_elems * (e if kind in ("pw", "linear") else 4) + (4 * g.co if g.bias else 0)
+        in_dtype = kind in ("pw", "linear") or (kind in ("pw_dw", "dw_pw") and not g.depthwise)
+        total += g.weight_elems * (e if in_dtype else 4) + (4 * g.co if g.bias else 0)
     return float(total)
 
 
@@ -161,7 +163,10 @@ def test_fusion_inequality(data, group, dtype, batch):
             inter += comp["output"]
     e = 2 if dtype == "fp16" else 4
     d = p_f - p_lbl
-    assert d == (4 - e) * sum(geom(op).weight_elems for op in ops if op.kind != "dw")
+    # pw_pw and pw_dw_pw keep fp32 weights where the LBL pw kernel reads the dtype; pw_dw and dw_pw
+    # read their packed PW weights in the dtype too
+    fp32_pw = kind in ("pw_pw", "pw_dw_pw")
+    assert d == (4 - e) * sum(geom(op).weight_elems for op in ops if op.kind != "dw") * fp32_pw
     assert fused.gma_bytes <= lbl_sum - 2 * inter + d + ovh
     assert raw.gma_bytes <= lbl_sum - 2 * inter + d + (raw.gma_bytes - c_f)
 

@@ -75,10 +75,15 @@ def test_layout_total_matches_smem_bytes():
 
 def test_pw_dw_layout_by_hand():
     # pw_dw, tile 4x4/f32/c32, DW 3x3 stride 2 -> window 9x9 = 81 px, padded to 88 (+8 row pad = 96)
-    # xs: 32 x 96 x 4 = 12288; ws: 32 x (32+8) x 4 = 5120; cs: 32 x 96 x 4 = 12288; wd: 32 x 9 x 4 = 1152 (already 128-aligned)
+    # one stage: xs 32 x 96 x 4 = 12288 + ws 32 x (32+8) x 4 = 5120 = 17408; 65536 // 17408 = 3 stages
+    # cs: 32 x 96 x 4 = 12288; wd: DW weights and biases 32 x (9 + 1) x 4 = 1280 (already 128-aligned)
     assert tiles.fused_smem_layout("pw_dw", (E, D), Tile(4, 4, 32, 32, 256), "fp32") == {
-        "xs": 12288, "ws": 5120, "cs": 12288, "wd": 1152}
-    assert tiles.smem_bytes("pw_dw", (E, D), Tile(4, 4, 32, 32, 256), "fp32") == 12288 + 5120 + 12288 + 1152
+        "ring": 3 * 17408, "cs": 12288, "wd": 1280}
+    assert tiles.smem_bytes("pw_dw", (E, D), Tile(4, 4, 32, 32, 256), "fp32") == 3 * 17408 + 12288 + 1280
+    # fp16: 9 columns staged as 10 from an even column -> 90 px, padded to 96 (+8 = 104)
+    # stage: xs 32 x 104 x 2 = 6656 + ws 32 x 40 x 2 = 2560 = 9216 -> 4 stages (the most); cs 32 x 104 x 4
+    assert tiles.fused_smem_layout("pw_dw", (E, D), Tile(4, 4, 32, 32, 256), "fp16") == {
+        "ring": 4 * 9216, "cs": 13312, "wd": 1280}
 
 
 def test_strided_pointwise_member_is_infeasible():

@@ -192,8 +192,8 @@ def estimate_op(op: Op, dtype: str, batch: int, gpu: GpuSpec | str, *, precision
 
 def _weight_bytes(kind: str, g, e: int) -> int:
     """Bytes per weight element a kernel reads: the storage dtype's in the pw/linear kernel and for
-    dw_pw's packed PW member, fp32 (`work.PARAM_BYTES`) elsewhere."""
-    if kind in ("pw", "linear") or (kind == "dw_pw" and not g.depthwise):
+    the packed PW member of pw_dw and dw_pw, fp32 (`work.PARAM_BYTES`) elsewhere."""
+    if kind in ("pw", "linear") or (kind in ("pw_dw", "dw_pw") and not g.depthwise):
         return e
     return PARAM_BYTES
 
@@ -201,7 +201,7 @@ def _weight_bytes(kind: str, g, e: int) -> int:
 def compulsory(kind: str, ops: Sequence[Op], dtype: str, batch: int, residual: bool = False) -> dict[str, float]:
     """Bytes every kernel of this kind must move at least, whatever its tile (exact element bytes, no
     sector rounding): the input elements some output needs, the weights and biases (fp32 biases, and
-    fp32 weights except in the pw/linear kernel and dw_pw's PW member: `_weight_bytes`), the residual (0
+    fp32 weights except in the pw/linear kernel and the PW member of pw_dw and dw_pw: `_weight_bytes`), the residual (0
     when it is the block's own input, as in a pw_dw_pw inverted residual) and the output. The
     intermediate tensors of a fused kind are not included."""
     km = context(kind, tuple(ops), dtype)

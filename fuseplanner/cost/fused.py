@@ -5,7 +5,8 @@ fused kernel saves is their write and read, what it pays is recomputation and re
 
 - ``pw_dw``: a block computes tf expanded channels x (th x tw) DW outputs. It recomputes the PW
   outputs of its halo window (redundant PW FLOPs at tile borders) from tc-channel chunks of the PW
-  input window, and reads its tf PW weight rows and DW filters. Input read once per filter tile.
+  input window, and reads its tf PW weight rows (packed per filter tile in the storage dtype, like
+  dw_pw's) and DW filters. Input read once per filter tile.
 - ``dw_pw``: a block computes tf PW filters x (th x tw) pixels; for each tc-channel chunk it stages the
   DW input window, runs the DW and accumulates the PW. The DW (and its input window, and its filters)
   is recomputed/re-read once per filter tile. Its PW weights are packed by the launcher per filter
@@ -106,14 +107,17 @@ class PwDwModel(FusedModel):
 
     def channel(self, tf: int, tc: int) -> tuple:
         gp, gd = self.gs
-        return cdiv(gd.co, tf), pw_weight_sectors(gp, tf, tc, PARAM_BYTES) + dw_weight_sectors(gd, tf), cdiv(gp.c, tc) + 1
+        w_u = dw_weight_unique(gd) + packed_pw_weight_unique(gp, tf, self.e)
+        return (cdiv(gd.co, tf), packed_pw_weight_sectors(gp, tf, self.e) + dw_weight_sectors(gd, tf),
+                cdiv(gp.c, tc) + 1, w_u)  # fmt: skip
 
     def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
         gp, gd = self.gs
         nsp, in_s, out, pw_done = sp
-        nf, w_sec, iters = ch
-        return self.assemble(b, residual, nf * in_s, nsp * w_sec, out, nf, nsp, iters,
-                             2.0 * gd.macs, pw_done, input_unique(gp, self.e, b))  # fmt: skip
+        nf, w_sec, iters, w_u = ch
+        w = self.assemble(b, residual, nf * in_s, nsp * w_sec, out, nf, nsp, iters,
+                          2.0 * gd.macs, pw_done, input_unique(gp, self.e, b))  # fmt: skip
+        return w._replace(w_unique=w_u)
 
 
 def packed_pw_weight_sectors(g: Geom, tf: int, e: int) -> float:

@@ -160,9 +160,10 @@ def kernel_defines(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, precisi
                    biases: Sequence[bool], residual: bool, split: int = 1, aligned: bool = True) -> dict[str, int]:
     """Every #define of kernels/fused_<kind>.cu for this group, tile, dtype and precision (pure).
 
-    `biases` says which member ops have a bias; `residual` whether a residual is added. dw_pw only:
-    `split` is the cluster split of the reduction (`tiles.cluster_split`), `aligned` whether the input
-    pointer allows 4-byte copies (the halo then goes through cp.async where its rows allow).
+    `biases` says which member ops have a bias; `residual` whether a residual is added. pw_dw and
+    dw_pw: `aligned` says whether the input pointer allows 4-byte copies (the halo then goes through
+    cp.async where its rows allow); dw_pw: `split` is the cluster split of its reduction
+    (`tiles.cluster_split`).
     """
     prec = precision_code(dtype, precision)
     th, tw, tf, tc, threads = tile.th, tile.tw, tile.tf, tile.tc, tile.threads
@@ -181,28 +182,29 @@ def kernel_defines(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, precisi
         d.update(gemm_defines("1", tc, p, kp, _rup(p, 8), threads, prec, False))
     if kind in ("pw_dw", "pw_dw_pw"):
         hh, ww = tiles.halo_window(kind, ops, tile)
-        n1 = hh * ww
+        n1 = hh * (tiles.staged_window_width(ww, 2 if dtype == "fp16" else 4) if kind == "pw_dw" else ww)
         if kind == "pw_dw":
             d.update(gemm_defines("1", tf, n1, mp, _rup(n1, 8), threads, prec, False))
         else:
             d.update(gemm_defines("1", tc, n1, kp, _rup(n1, 8), threads, prec, False))
     if kind != "pw_dw":
         d.update(gemm_defines("2", tf, p, mp, _rup(p, 8), threads, prec, True))
-    if kind == "dw_pw":
-        e = 2 if dtype == "fp16" else 4
+    if kind in ("pw_dw", "dw_pw"):
         w = ops[0].in_shape[3]
-        d.update({"STAGES": tiles.fused_stages(kind, ops, tile, dtype), "KS": split, "TFP": packed_width(tf, dtype),
-                  "XA": int(aligned and (e == 4 or w % 2 == 0))})
+        d.update({"STAGES": tiles.fused_stages(kind, ops, tile, dtype), "TFP": packed_width(tf, dtype),
+                  "XA": int(aligned and (dtype != "fp16" or w % 2 == 0))})
+    if kind == "dw_pw":
+        d["KS"] = split
     return d
 
 
 def packed_width(tf: int, dtype: str) -> int:
-    """Row length of the packed PW weights of dw_pw: tf rounded up to whole 16-byte copies."""
+    """Row length of the packed PW weights of pw_dw and dw_pw: tf rounded up to whole 16-byte copies."""
     return _rup(tf, 16 // (2 if dtype == "fp16" else 4))
 
 
 def pack_pw_weights(cp, w, tf: int, dtype: str, precision: str):
-    """dw_pw's PW weights [N, C] as wp[N / tf tiles][C][TFP] in the storage dtype (zero padded; TF32-
+    """The PW weights [N, C] of pw_dw and dw_pw as wp[N / tf tiles][C][TFP] in the storage dtype (zero padded; TF32-
     rounded for precision "tf32"), so that a block's chunk rows are contiguous 16-byte runs."""
     nf, c = (int(v) for v in w.shape)
     tiles_f, tfp = -(-nf // tf), packed_width(tf, dtype)
@@ -234,6 +236,7 @@ def prepare_pw_dw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp3
     ho, wo = _dw_checked(dw, h, w)
     (w1, b1), (w2, b2) = params
     w1 = weight_as(cp, w1, (ce, c), None, f"{pw.name} weight")
+    wp = pack_pw_weights(cp, w1, tile.tf, dtype, precision)
     b1 = bias_as(cp, b1, ce, f"{pw.name} bias")
     w2 = weight_as(cp, w2, (ce, dw.kernel[0] * dw.kernel[1]), None, f"{dw.name} weight")
     b2 = bias_as(cp, b2, ce, f"{dw.name} bias")
@@ -243,10 +246,10 @@ def prepare_pw_dw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp3
     tiles_w = math.ceil(wo / tile.tw)
     grid = (math.ceil(ho / tile.th) * tiles_w, math.ceil(ce / tile.tf), n)
     nul = null_ptr(cp)
-    args = (x, w1, _or(b1, nul), w2, _or(b2, nul), _or(residual, nul), out,
+    args = (x, wp, _or(b1, nul), w2, _or(b2, nul), _or(residual, nul), out,
             *_i32(c, ce, h, w, ho, wo, dw.pads[0], dw.pads[1], tiles_w))
     return _launch("pw_dw", ops, tile, dtype, precision, (b1 is not None, b2 is not None), residual, grid, args,
-                   out, (x, w1, b1, w2, b2, residual))
+                   out, (x, wp, b1, w2, b2, residual), aligned=x.data.ptr % 4 == 0)
 
 
 # ---- DW -> PW ----------------------------------------------------------------------------------------
