@@ -154,6 +154,11 @@ def _rup(a: int, b: int) -> int:
     return -(-a // b) * b
 
 
+def _aligned(nbytes: int) -> int:
+    """`nbytes` rounded up to a whole SMEM_ALIGN (where each shared-memory buffer starts)."""
+    return _rup(nbytes, SMEM_ALIGN)
+
+
 def fused_smem_layout(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> dict[str, int]:
     """Bytes of each shared-memory buffer of a fused kernel (kernels/fused_<kind>.cu), in order.
 
@@ -161,16 +166,15 @@ def fused_smem_layout(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> d
     (activations) with K padded to 16, M (filters) to 16 and N (pixels) to 8, buffers 128-byte
     aligned; the fp32 communication buffers are [rows][N+8]. pw_dw and dw_pw stream their chunks
     through a `fused_stages`-deep "ring" (halo window and PW weights; dw_pw also DW weights and
-    biases); pw_pw and pw_dw_pw are single buffered with one chunk of register prefetch. "staging" (the fp32 final-output tile)
-    aliases the others from offset 0, so the block needs max(sum of the rest, staging).
+    biases); pw_pw and pw_dw_pw are single buffered with one chunk of register prefetch. "staging"
+    (the fp32 final-output tile) aliases the others from offset 0, so the block needs
+    max(sum of the rest, staging).
     """
     return _fused_smem_layout(kind, ops, tile.th, tile.tw, tile.tf, tile.tc, dtype_bytes(dtype))
 
 
 def _fused_smem_layout(kind: str, ops: Sequence[Op], th: int, tw: int, tf: int, tc: int, e: int) -> dict[str, int]:
-    def a(n: int) -> int:  # 128-byte aligned (SMEM_ALIGN)
-        return -(-n // SMEM_ALIGN) * SMEM_ALIGN
-
+    a = _aligned
     kp, mp, np_ = -(-tc // 16) * 16, -(-tf // 16) * 16, -(-(th * tw) // 8) * 8
     if kind == "pw_dw":
         hh, ww = _halo(kind, ops, th, tw)
@@ -207,9 +211,7 @@ def staged_window_width(ww: int, e: int) -> int:
 def _dw_pw_stage_bytes(ops: Sequence[Op], th: int, tw: int, tf: int, tc: int, e: int) -> int:
     """One stage of the dw_pw ring: halo window tc x hh x WWA (dtype), DW weights and biases
     tc x (kh kw + 1) (fp32), PW weights At[kp][mp + 8] (dtype), each 128-byte aligned."""
-    def a(n: int) -> int:
-        return -(-n // SMEM_ALIGN) * SMEM_ALIGN
-
+    a = _aligned
     hh, ww = _halo("dw_pw", ops, th, tw)
     kh, kw = ops[0].kernel
     kp, mp = _rup(tc, 16), _rup(tf, 16)
@@ -222,7 +224,7 @@ def _pw_dw_stage_bytes(ops: Sequence[Op], th: int, tw: int, tf: int, tc: int, e:
     hh, ww = _halo("pw_dw", ops, th, tw)
     kp, mp = _rup(tc, 16), _rup(tf, 16)
     n1p = _rup(hh * staged_window_width(ww, e), 8)
-    return _rup(kp * (n1p + 8) * e, SMEM_ALIGN) + _rup(kp * (mp + 8) * e, SMEM_ALIGN)
+    return _aligned(kp * (n1p + 8) * e) + _aligned(kp * (mp + 8) * e)
 
 
 def ring_stages(stage: int) -> int:

@@ -441,3 +441,38 @@ __device__ __forceinline__ void ring_prologue(int nk, F issue) {
         cp_async_commit();
     }
 }
+
+// Issue chunk i + S - 1 of nk into its stage and commit one group (empty past nk): the steady-state
+// step of a ring filled by ring_prologue.
+template <int S, class F>
+__device__ __forceinline__ void ring_next(int i, int nk, F issue) {
+    const int j = i + S - 1;
+    if (j < nk) issue(j, j % S);
+    cp_async_commit();
+}
+
+// Register prefetch, one chunk ahead, of the N staged elements of a chunk that cp.async cannot copy:
+// ld(i, c0) reads element i of the chunk starting at channel c0. load(c0) issues a chunk's loads into
+// registers; put(c0, st) hands them to st(i, value), or, when a chunk needs more than 32 registers
+// per thread, reads chunk c0 then and there (one memory round trip per chunk).
+template <int N, class L>
+struct RegPrefetch {
+    Prefetch3<N, 0, 0> pf;
+    L ld;
+    int c0 = 0;
+    __device__ __forceinline__ void load(int c) {
+        if constexpr (Prefetch3<N, 0, 0>::FITS) {
+            c0 = c;
+            pf.load([&](int i) { return ld(i, c0); }, [](int) { return 0.f; }, [](int) { return 0.f; });
+        }
+    }
+    template <class S>
+    __device__ __forceinline__ void put(int c, S st) {
+        if constexpr (Prefetch3<N, 0, 0>::FITS) pf.store(st, [](int, float) {}, [](int, float) {});
+        else stage_copy<N>([&](int i) { return ld(i, c); }, st);
+    }
+};
+template <int N, class L>
+__device__ __forceinline__ RegPrefetch<N, L> reg_prefetch(L ld) {
+    return RegPrefetch<N, L>{{}, ld, 0};
+}

@@ -101,17 +101,9 @@ fused_dw_pw(const T* __restrict__ x, const float* __restrict__ w1, const float* 
 
 #if !XA
     // Register prefetch of the halo window (one chunk ahead), for rows that 4-byte copies cannot serve.
-    int c0l = 0;
-    T* xwl = xw_of(0);
-    auto ldx = [&](int i) { return halo_elem<WIN, WIN, WWA>(i, xb, c0l, C, H, W, iy0, xs0); };
-    auto stx = [&](int i, float v) { from_f(xwl[i], v); };
-    auto nop_l = [](int) { return 0.f; };
-    auto nop_s = [](int, float) {};
-    Prefetch3<TC * WIN, 0, 0> pf;
-    if constexpr (decltype(pf)::FITS) {
-        c0l = chunk0(0);
-        if (nk > 0) pf.load(ldx, nop_l, nop_l);
-    }
+    auto hp = reg_prefetch<TC * WIN>(
+        [&](int i, int c) { return halo_elem<WIN, WIN, WWA>(i, xb, c, C, H, W, iy0, xs0); });
+    if (nk > 0) hp.load(chunk0(0));
 #endif
 
     BlockAcc<ME2, NE2, G2M, G2N> acc;
@@ -122,27 +114,13 @@ fused_dw_pw(const T* __restrict__ x, const float* __restrict__ w1, const float* 
         const int s = i % STAGES, c0 = chunk0(i);
         cp_async_wait<STAGES - 2>();
 #if !XA
-        xwl = xw_of(s);
-        if constexpr (decltype(pf)::FITS) {
-            pf.store(stx, nop_s, nop_s);
-        } else {
-            c0l = c0;
-            stage_copy<TC * WIN>(ldx, stx);
-        }
+        T* xwp = xw_of(s);
+        hp.put(c0, [&](int t, float v) { from_f(xwp[t], v); });
 #endif
         __syncthreads();
-        {
-            const int j = i + STAGES - 1;
-            if (j < nk) issue(j, j % STAGES);
-            cp_async_commit();
-        }
+        ring_next<STAGES>(i, nk, issue);
 #if !XA
-        if constexpr (decltype(pf)::FITS) {
-            if (i + 1 < nk) {
-                c0l = chunk0(i + 1);
-                pf.load(ldx, nop_l, nop_l);
-            }
-        }
+        if (i + 1 < nk) hp.load(chunk0(i + 1));
 #endif
         const T* xw = xw_of(s);
         const float* wd = wd_of(s);

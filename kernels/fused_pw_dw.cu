@@ -67,22 +67,19 @@ fused_pw_dw(const T* __restrict__ x, const T* __restrict__ wp, const float* __re
         copy_packed_rows<TFP, KP, TC, LDW>(ws_of(s), wpb, wp, c0, C);
 #if XA
         copy_halo<KP, TC, HH, WWA, LDX>(xs_of(s), xb, c0, C, H, W, iy0, xs0);
-#else
-        // rows k >= TC of the K padding must be finite (they meet zero weights): zero them here
-        T* xs = xs_of(s);
-        for (int t = tid; t < (KP - TC) * N1P; t += THREADS) from_f(xs[(TC + t / N1P) * LDX + t % N1P], 0.f);
 #endif
     };
-
 #if !XA
-    int c0l = 0;
-    T* xsl = xs_of(0);
-    auto ldx = [&](int i) { return halo_elem<N1P, N1, WWA>(i, xb, c0l, C, H, W, iy0, xs0); };
-    auto stx = [&](int i, float v) { from_f(xsl[(i / N1P) * LDX + i % N1P], v); };
-    auto nop_l = [](int) { return 0.f; };
-    auto nop_s = [](int, float) {};
-    Prefetch3<TC * N1P, 0, 0> pf;
-    if constexpr (decltype(pf)::FITS) pf.load(ldx, nop_l, nop_l);
+    // Rows k >= TC of every stage (K padding) must be finite, since they meet zero weights; register
+    // prefetch never writes them, so zero them once.
+    constexpr int PAD = (KP - TC) * N1P, PADD = PAD > 0 ? PAD : 1;
+    for (int t = tid; t < STAGES * PAD; t += THREADS) {
+        const int s = t / PADD, r = t - (t / PADD) * PADD;
+        from_f(xs_of(s)[(TC + r / N1P) * LDX + r % N1P], 0.f);
+    }
+    auto hp = reg_prefetch<TC * N1P>(
+        [&](int i, int c) { return halo_elem<N1P, N1, WWA>(i, xb, c, C, H, W, iy0, xs0); });
+    hp.load(0);
 #endif
 
     ring_prologue<STAGES>(nk, issue);
@@ -91,27 +88,13 @@ fused_pw_dw(const T* __restrict__ x, const T* __restrict__ wp, const float* __re
         const int s = i % STAGES;
         cp_async_wait<STAGES - 2>();
 #if !XA
-        xsl = xs_of(s);
-        if constexpr (decltype(pf)::FITS) {
-            pf.store(stx, nop_s, nop_s);
-        } else {
-            c0l = i * TC;
-            stage_copy<TC * N1P>(ldx, stx);
-        }
+        T* xsp = xs_of(s);
+        hp.put(i * TC, [&](int t, float v) { from_f(xsp[(t / N1P) * LDX + t % N1P], v); });
 #endif
         __syncthreads();
-        {
-            const int j = i + STAGES - 1;
-            if (j < nk) issue(j, j % STAGES);
-            cp_async_commit();
-        }
+        ring_next<STAGES>(i, nk, issue);
 #if !XA
-        if constexpr (decltype(pf)::FITS) {
-            if (i + 1 < nk) {
-                c0l = (i + 1) * TC;
-                pf.load(ldx, nop_l, nop_l);
-            }
-        }
+        if (i + 1 < nk) hp.load((i + 1) * TC);
 #endif
         if (i == 0) gemm_stream<ME1, NE1, G1M, G1N, K1, LDW, LDX, LDC, false>(ws_of(s), xs_of(s), cs);
         else gemm_stream<ME1, NE1, G1M, G1N, K1, LDW, LDX, LDC, true>(ws_of(s), xs_of(s), cs);

@@ -102,13 +102,12 @@ def best_tile(
     sms = hw.sm_count
     mma = mma_rate(dtype, precision, hw)
     rates = warp_rates(kind, dtype, precision, hw)
-    depth = 1
     by_time, by_gma = objective == "time", objective == "gma"
     occupancy: dict[tuple[int, int, int], int] = {}
     best: tuple[float, float, float, float] | None = None
     best_i = skipped = None
     shape = None  # (th, tw, tf, tc) of the tiles whose Work is `w`
-    w = gma = None
+    w = gma = depth = None
     dram_by_bps: dict[int, tuple[float, float]] = {}
     for i, (tile, smem, regs) in enumerate(feasible):
         threads = tile.threads
