@@ -168,6 +168,16 @@ def repredict(data: dict, spec: Any, model: str | None = None) -> dict:
     return out
 
 
+def feasible(spec: Any, samples: Sequence[Sample]) -> tuple[list[Sample], list[str]]:
+    """(the samples every launch of which the current kernels can run with `spec`, the ids of the
+    others): a record measured with an earlier kernel (a tile whose shared memory then fitted) no
+    longer describes a launch, and cannot be fitted or re-predicted."""
+    keep, dropped = [], []
+    for s in samples:
+        (keep if steps_cost(s.steps, s.dtype, s.batch, spec, s.precision) is not None else dropped).append(s)
+    return keep, [s.id for s in dropped]
+
+
 def predict(spec: Any, s: Sample) -> tuple[float, float]:
     """(time_s, gma_bytes) the cost model predicts for a sample with `spec`."""
     c = steps_cost(s.steps, s.dtype, s.batch, spec, s.precision)

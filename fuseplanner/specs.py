@@ -48,26 +48,27 @@ MEASURABLE = (
 
 #: Achieved FLOPs per warp per clock of fuseplanner's own kernels (the `*_warp_flops_per_cycle` fields),
 #: fitted by `fuseplanner calibrate --from-results` on the H100 validation records in docs/validation/
-#: (MobileNetV2, MobileNetV3-Large, MnasNet, EfficientNet-B0, MobileViT-XXS; fp32 and fp16; planned
-#: and swept tiles; 1194 kernel sequences). They are properties of the kernels'
+#: (current kernels: every fused kind on the cp.async ring; MobileNetV2, MobileNetV3-Large, MnasNet,
+#: EfficientNet-B0 in fp32 and fp16, MobileViT-XXS in fp32; swept tiles; 1612 kernel sequences;
+#: docs/validation/ring-2026-11-23/h100_fit_all.toml). They are properties of the kernels'
 #: instruction mix (shared-memory operand loads, barriers, dependent chains) more than of the chip, so
 #: per clock and per warp they are the best first guess on another GPU; calibrate there to replace them.
 #: The TF32 rates were not measured (validation ran exact fp32 and fp16): they are set to the fp32 ones,
 #: which the layer-by-layer benchmark supports (TF32 pw times within about 10% of exact fp32 at batch 1,
 #: BENCHMARKS.md).
 KERNEL_RATE_DEFAULTS: dict[str, float] = {
-    "dw_warp_flops_per_cycle_fp32": 1.32,
-    "dw_warp_flops_per_cycle_fp16": 0.545,
-    "pw_warp_flops_per_cycle_fp32": 2.25,
-    "pw_warp_flops_per_cycle_tf32": 2.25,
-    "pw_warp_flops_per_cycle_fp16": 3.61,
-    "fused_pw_warp_flops_per_cycle_fp32": 7.04,
-    "fused_pw_warp_flops_per_cycle_tf32": 7.04,
-    "fused_pw_warp_flops_per_cycle_fp16": 14.25,
-    "fused_weight_l2_fraction": 0.3,
-    "block_warp_exponent": 0.872,
-    "fused_block_warp_exponent": 0.194,
-    "warp_load_bytes_per_cycle": 6.01,
+    "dw_warp_flops_per_cycle_fp32": 1.085,
+    "dw_warp_flops_per_cycle_fp16": 1.146,
+    "pw_warp_flops_per_cycle_fp32": 2.298,
+    "pw_warp_flops_per_cycle_tf32": 2.298,
+    "pw_warp_flops_per_cycle_fp16": 4.137,
+    "fused_pw_warp_flops_per_cycle_fp32": 1.78,
+    "fused_pw_warp_flops_per_cycle_tf32": 1.78,
+    "fused_pw_warp_flops_per_cycle_fp16": 4.768,
+    "fused_weight_l2_fraction": 0.7,
+    "block_warp_exponent": 1.0,
+    "fused_block_warp_exponent": 0.908,
+    "warp_load_bytes_per_cycle": 3.568,
 }
 
 

@@ -19,12 +19,14 @@ Kernel layouts (NCHW, one image per block in grid z; see kernels/*.cu):
   stages tc x halo window of the input, runs the DW into a tc x th*tw fp32 buffer (the communication
   buffer) and accumulates the PW with a tf x tc weight chunk. The DW is recomputed once per filter tile.
 - ``pw_pw``: a block computes tf filters of the second PW x (th x tw) pixels. It stages the whole input
-  pixel tile C1 x th*tw once; for each chunk of tc mid channels it computes the first PW into a
-  tc x th*tw fp32 buffer and accumulates the second PW with a tf x tc weight chunk.
+  pixel tile C1 x th*tw once; for each chunk of tc mid channels it streams the first PW's C1 x tc and
+  the second's tc x tf weight chunks through its ring, computes the first PW into a tc x th*tw fp32
+  buffer and accumulates the second PW.
 - ``pw_dw_pw``: a block computes tf projection filters x (th x tw) pixels. It stages the input halo
-  window C_in x hh x ww once; for each chunk of tc expanded channels it computes the expansion PW over
-  the window (tc x hh x ww fp32), the DW (tc x th*tw fp32) and accumulates the projection with a
-  tf x tc weight chunk.
+  window C_in x hh x ww once; for each chunk of tc expanded channels it streams the expansion's
+  C_in x tc weights, the chunk's DW weights and biases and the projection's tc x tf weights through its
+  ring, computes the expansion PW over the window (tc x hh x ww fp32), the DW (tc x th*tw) and
+  accumulates the projection.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ PW_MAX_STAGES = 6
 PW_RING_BYTES = 64 * 1024
 #: Deepest pw/linear ring (the depth of a given tile is `pw_stages(kind, tile, dtype)`).
 PW_STAGES = PW_MAX_STAGES
-#: The pw_dw and dw_pw kernels' cp.async ring: as many stages as fit in FUSED_RING_BYTES, 2..4.
+#: The fused kernels' cp.async ring: as many stages as fit in FUSED_RING_BYTES, 2..4 (1 for a stage
+#: larger than FUSED_RING_BYTES).
 FUSED_MIN_STAGES = 2
 FUSED_MAX_STAGES = 4
 FUSED_RING_BYTES = 64 * 1024
@@ -164,11 +167,11 @@ def fused_smem_layout(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> d
 
     Exactly the kernels' layout: GEMM operands are At[K][M+8] (weights, transposed) and B[K][N+8]
     (activations) with K padded to 16, M (filters) to 16 and N (pixels) to 8, buffers 128-byte
-    aligned; the fp32 communication buffers are [rows][N+8]. pw_dw and dw_pw stream their chunks
-    through a `fused_stages`-deep "ring" (halo window and PW weights; dw_pw also DW weights and
-    biases); pw_pw and pw_dw_pw are single buffered with one chunk of register prefetch. "staging"
-    (the fp32 final-output tile) aliases the others from offset 0, so the block needs
-    max(sum of the rest, staging).
+    aligned; the fp32 communication buffers are [rows][N+8]. Every kind streams its chunks through a
+    `fused_stages`-deep "ring" (pw_dw, dw_pw: halo window and PW weights, dw_pw also DW weights and
+    biases; pw_pw, pw_dw_pw: the weights of both PWs, pw_dw_pw also DW weights and biases); pw_pw
+    and pw_dw_pw stage their input "xs" once, after the ring. "staging" (the fp32 final-output tile)
+    aliases the others from offset 0, so the block needs max(sum of the rest, staging).
     """
     return _fused_smem_layout(kind, ops, tile.th, tile.tw, tile.tf, tile.tc, dtype_bytes(dtype))
 
@@ -189,22 +192,24 @@ def _fused_smem_layout(kind: str, ops: Sequence[Op], th: int, tw: int, tf: int, 
                 "staging": a(mp * (np_ + 8) * ACC_BYTES)}
     c1p = _rup(ops[0].c_in, 16)
     if kind == "pw_pw":
-        return {"xs": a(c1p * (np_ + 8) * e), "w1": a(c1p * (kp + 8) * e), "mf": a(kp * (np_ + 8) * ACC_BYTES),
-                "ms": a(kp * (np_ + 8) * e) if e == 2 else 0, "w2": a(kp * (mp + 8) * e),
+        # ms: the fp16 copy of the mid channels (fp32 storage stages them in mf itself)
+        stage = _pw_pw_stage_bytes(ops, th, tw, tf, tc, e)
+        return {"ring": ring_stages(stage) * stage, "xs": a(c1p * (np_ + 8) * e),
+                "mf": a(kp * (np_ + 8) * ACC_BYTES), "ms": a(kp * (np_ + 8) * e) if e == 2 else 0,
                 "staging": a(mp * (np_ + 8) * ACC_BYTES)}
     if kind == "pw_dw_pw":
         hh, ww = _halo(kind, ops, th, tw)
-        kh, kw = ops[1].kernel
-        n1p = _rup(hh * ww, 8)
-        return {"xs": a(c1p * (n1p + 8) * e), "w1": a(c1p * (kp + 8) * e), "e": a(kp * (n1p + 8) * ACC_BYTES),
-                "wd": a(tc * kh * kw * ACC_BYTES), "ds": a(kp * (np_ + 8) * e), "w2": a(kp * (mp + 8) * e),
+        n1p = _rup(hh * staged_window_width(ww, e), 8)
+        stage = _pw_dw_pw_stage_bytes(ops, th, tw, tf, tc, e)
+        return {"ring": ring_stages(stage) * stage, "xs": a(c1p * (n1p + 8) * e),
+                "e": a(kp * (n1p + 8) * ACC_BYTES), "ds": a(kp * (np_ + 8) * e),
                 "staging": a(mp * (np_ + 8) * ACC_BYTES)}
     raise ValueError(f"{kind!r} is not a fused kernel kind: use one of {', '.join(FUSED_KINDS)}")
 
 
 def staged_window_width(ww: int, e: int) -> int:
-    """Columns of a halo row as the pw_dw and dw_pw kernels stage it: fp16 rows start at an even map
-    column and hold whole 4-byte pairs (kernels/fused_*.cu WWA)."""
+    """Columns of a halo row as the pw_dw, dw_pw and pw_dw_pw kernels stage it: fp16 rows start at an
+    even map column and hold whole 4-byte pairs (kernels/fused_*.cu WWA)."""
     return ww if e == 4 else _rup(ww + 1, 2)
 
 
@@ -227,21 +232,45 @@ def _pw_dw_stage_bytes(ops: Sequence[Op], th: int, tw: int, tf: int, tc: int, e:
     return _aligned(kp * (n1p + 8) * e) + _aligned(kp * (mp + 8) * e)
 
 
+def _pw_pw_stage_bytes(ops: Sequence[Op], th: int, tw: int, tf: int, tc: int, e: int) -> int:
+    """One stage of the pw_pw ring: the first PW's weight chunk At[c1p][kp + 8] and the second's
+    At[kp][mp + 8], both in the dtype and 128-byte aligned (c1p = C1 rounded up to 16)."""
+    c1p, kp, mp = _rup(ops[0].c_in, 16), _rup(tc, 16), _rup(tf, 16)
+    return _aligned(c1p * (kp + 8) * e) + _aligned(kp * (mp + 8) * e)
+
+
+def _pw_dw_pw_stage_bytes(ops: Sequence[Op], th: int, tw: int, tf: int, tc: int, e: int) -> int:
+    """One stage of the pw_dw_pw ring: the expansion's weight chunk At[c1p][kp + 8] (dtype), the DW
+    weights and biases of the chunk tc x (kh kw + 1) (fp32) and the projection's At[kp][mp + 8]
+    (dtype), each 128-byte aligned."""
+    kh, kw = ops[1].kernel
+    c1p, kp, mp = _rup(ops[0].c_in, 16), _rup(tc, 16), _rup(tf, 16)
+    return _aligned(c1p * (kp + 8) * e) + _aligned(tc * (kh * kw + 1) * ACC_BYTES) + _aligned(kp * (mp + 8) * e)
+
+
 def ring_stages(stage: int) -> int:
-    """Ring depth of the pw_dw and dw_pw kernels for a stage of `stage` bytes (kernels/fused_*.cu
-    STAGES): as many as fit in FUSED_RING_BYTES, between FUSED_MIN_STAGES and FUSED_MAX_STAGES."""
+    """Ring depth of the fused kernels for a stage of `stage` bytes (kernels/fused_*.cu STAGES): as
+    many as fit in FUSED_RING_BYTES, between FUSED_MIN_STAGES and FUSED_MAX_STAGES; a stage larger
+    than FUSED_RING_BYTES alone runs single-buffered (1: its copies do not overlap the math), so that
+    wide layers (a 960- or 1152-channel PW input chunk) still have a feasible tile."""
+    if stage > FUSED_RING_BYTES:
+        return 1
     return max(FUSED_MIN_STAGES, min(FUSED_MAX_STAGES, FUSED_RING_BYTES // stage))
 
 
 def fused_stages(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> int:
-    """Chunks a fused kernel's block keeps in flight plus one: the ring depth of pw_dw and dw_pw, 2
-    (one chunk of register prefetch) for pw_pw and pw_dw_pw."""
+    """Ring depth of a fused kernel (kernels/fused_<kind>.cu STAGES): its block keeps stages - 1
+    chunks in flight."""
     e = dtype_bytes(dtype)
     if kind == "dw_pw":
         return ring_stages(_dw_pw_stage_bytes(ops, tile.th, tile.tw, tile.tf, tile.tc, e))
     if kind == "pw_dw":
         return ring_stages(_pw_dw_stage_bytes(ops, tile.th, tile.tw, tile.tf, tile.tc, e))
-    return 2
+    if kind == "pw_pw":
+        return ring_stages(_pw_pw_stage_bytes(ops, tile.th, tile.tw, tile.tf, tile.tc, e))
+    if kind == "pw_dw_pw":
+        return ring_stages(_pw_dw_pw_stage_bytes(ops, tile.th, tile.tw, tile.tf, tile.tc, e))
+    raise ValueError(f"{kind!r} is not a fused kernel kind: use one of {', '.join(FUSED_KINDS)}")
 
 
 def cluster_split(kind: str, ops: Sequence[Op], tile: Tile, batch: int, gpu) -> int:

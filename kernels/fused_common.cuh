@@ -310,67 +310,26 @@ __device__ __forceinline__ void stage_copy(L load, S store) {
     }
 }
 
-// Two or three staged buffers with all their loads in flight together when they fit 32 registers
-// per thread (one memory round trip for a whole chunk), else one after the other.
-template <int N1, int N2, int N3, class L1, class S1, class L2, class S2, class L3, class S3>
-__device__ __forceinline__ void stage_copy3(L1 l1, S1 s1, L2 l2, S2 s2, L3 l3, S3 s3) {
-    constexpr int I1 = (N1 + THREADS - 1) / THREADS, I2 = (N2 + THREADS - 1) / THREADS;
-    constexpr int I3 = (N3 + THREADS - 1) / THREADS;
-    if constexpr (I1 + I2 + I3 <= 32) {
-        float v1[I1 > 0 ? I1 : 1], v2[I2 > 0 ? I2 : 1], v3[I3 > 0 ? I3 : 1];
+// Register prefetch of one staged buffer of N elements (software pipelining, see RegPrefetch): load()
+// issues a chunk's global loads, which stay in flight while the block computes the current chunk;
+// store() writes them to shared memory after the block's barrier. FITS is false when a chunk needs
+// more than 32 registers per thread.
+template <int N>
+struct Prefetch {
+    static constexpr int I = (N + THREADS - 1) / THREADS;
+    static constexpr bool FITS = I <= 32;
+    float v[I > 0 ? I : 1];
+    template <class L>
+    __device__ __forceinline__ void load(L l) {
         const int t = threadIdx.x;
 #pragma unroll
-        for (int j = 0; j < I1; ++j) v1[j] = t + j * THREADS < N1 ? l1(t + j * THREADS) : 0.f;
-#pragma unroll
-        for (int j = 0; j < I2; ++j) v2[j] = t + j * THREADS < N2 ? l2(t + j * THREADS) : 0.f;
-#pragma unroll
-        for (int j = 0; j < I3; ++j) v3[j] = t + j * THREADS < N3 ? l3(t + j * THREADS) : 0.f;
-#pragma unroll
-        for (int j = 0; j < I1; ++j) if (t + j * THREADS < N1) s1(t + j * THREADS, v1[j]);
-#pragma unroll
-        for (int j = 0; j < I2; ++j) if (t + j * THREADS < N2) s2(t + j * THREADS, v2[j]);
-#pragma unroll
-        for (int j = 0; j < I3; ++j) if (t + j * THREADS < N3) s3(t + j * THREADS, v3[j]);
-    } else {
-        stage_copy<N1>(l1, s1);
-        stage_copy<N2>(l2, s2);
-        stage_copy<N3>(l3, s3);
+        for (int j = 0; j < I; ++j) v[j] = t + j * THREADS < N ? l(t + j * THREADS) : 0.f;
     }
-}
-template <int N1, int N2, class L1, class S1, class L2, class S2>
-__device__ __forceinline__ void stage_copy2(L1 l1, S1 s1, L2 l2, S2 s2) {
-    stage_copy3<N1, N2, 0>(l1, s1, l2, s2, [](int) { return 0.f; }, [](int, float) {});
-}
-
-// Register prefetch of a chunk's three staged buffers (software pipelining): load() issues the next
-// chunk's global loads, which stay in flight while the block computes the current chunk; store()
-// writes them to shared memory after the block's barrier. FITS is false when the chunk needs more
-// than 32 registers per thread; callers then stage with stage_copy3 instead.
-template <int N1, int N2, int N3>
-struct Prefetch3 {
-    static constexpr int I1 = (N1 + THREADS - 1) / THREADS, I2 = (N2 + THREADS - 1) / THREADS;
-    static constexpr int I3 = (N3 + THREADS - 1) / THREADS;
-    static constexpr bool FITS = I1 + I2 + I3 <= 32;
-    float v1[I1 > 0 ? I1 : 1], v2[I2 > 0 ? I2 : 1], v3[I3 > 0 ? I3 : 1];
-    template <class L1, class L2, class L3>
-    __device__ __forceinline__ void load(L1 l1, L2 l2, L3 l3) {
+    template <class S>
+    __device__ __forceinline__ void store(S s) {
         const int t = threadIdx.x;
 #pragma unroll
-        for (int j = 0; j < I1; ++j) v1[j] = t + j * THREADS < N1 ? l1(t + j * THREADS) : 0.f;
-#pragma unroll
-        for (int j = 0; j < I2; ++j) v2[j] = t + j * THREADS < N2 ? l2(t + j * THREADS) : 0.f;
-#pragma unroll
-        for (int j = 0; j < I3; ++j) v3[j] = t + j * THREADS < N3 ? l3(t + j * THREADS) : 0.f;
-    }
-    template <class S1, class S2, class S3>
-    __device__ __forceinline__ void store(S1 s1, S2 s2, S3 s3) {
-        const int t = threadIdx.x;
-#pragma unroll
-        for (int j = 0; j < I1; ++j) if (t + j * THREADS < N1) s1(t + j * THREADS, v1[j]);
-#pragma unroll
-        for (int j = 0; j < I2; ++j) if (t + j * THREADS < N2) s2(t + j * THREADS, v2[j]);
-#pragma unroll
-        for (int j = 0; j < I3; ++j) if (t + j * THREADS < N3) s3(t + j * THREADS, v3[j]);
+        for (int j = 0; j < I; ++j) if (t + j * THREADS < N) s(t + j * THREADS, v[j]);
     }
 };
 
@@ -431,24 +390,48 @@ __device__ __forceinline__ float halo_elem(int i, const T* __restrict__ xb, int 
                                                                            : 0.f;
 }
 
-// Fill a cp.async ring: chunks 0 .. S-2 (of nk) into stages 0 .. S-2, one commit group per stage
-// (empty groups past nk keep the group count of cp_async_wait<S - 2> right).
+// A cp.async ring of S stages. S >= 2: chunk i + S - 1 is copied while chunk i is computed (S - 1
+// commit groups in flight). S == 1 (a stage larger than the ring budget, tiles.ring_stages): chunk
+// i + 1 is copied after every unit is done with chunk i, so copies do not overlap the math.
+// Use: ring_prologue; per chunk i: ring_wait, __syncthreads, ring_next, compute, ring_refill.
+
+// Fill the ring: chunks 0 .. max(S-1, 1)-1 (of nk) into their stages, one commit group per stage
+// (empty groups past nk keep the group count of ring_wait right).
 template <int S, class F>
 __device__ __forceinline__ void ring_prologue(int nk, F issue) {
 #pragma unroll 1
-    for (int s = 0; s < S - 1; ++s) {
+    for (int s = 0; s < (S > 1 ? S - 1 : 1); ++s) {
         if (s < nk) issue(s, s);
         cp_async_commit();
     }
 }
 
+// Wait until the oldest chunk's copy group has landed (the later ones may stay in flight).
+template <int S>
+__device__ __forceinline__ void ring_wait() {
+    if constexpr (S > 1) cp_async_wait<S - 2>();
+    else cp_async_wait<0>();
+}
+
 // Issue chunk i + S - 1 of nk into its stage and commit one group (empty past nk): the steady-state
-// step of a ring filled by ring_prologue.
+// step of a ring of S >= 2 stages, after the barrier that ends every unit's use of chunk i - 1.
 template <int S, class F>
 __device__ __forceinline__ void ring_next(int i, int nk, F issue) {
-    const int j = i + S - 1;
-    if (j < nk) issue(j, j % S);
-    cp_async_commit();
+    if constexpr (S > 1) {
+        const int j = i + S - 1;
+        if (j < nk) issue(j, j % S);
+        cp_async_commit();
+    }
+}
+
+// End of chunk i: a one-stage ring refills its stage with chunk i + 1 once every unit is done with it.
+template <int S, class F>
+__device__ __forceinline__ void ring_refill(int i, int nk, F issue) {
+    if constexpr (S == 1) {
+        __syncthreads();
+        if (i + 1 < nk) issue(i + 1, 0);
+        cp_async_commit();
+    }
 }
 
 // Register prefetch, one chunk ahead, of the N staged elements of a chunk that cp.async cannot copy:
@@ -457,18 +440,18 @@ __device__ __forceinline__ void ring_next(int i, int nk, F issue) {
 // per thread, reads chunk c0 then and there (one memory round trip per chunk).
 template <int N, class L>
 struct RegPrefetch {
-    Prefetch3<N, 0, 0> pf;
+    Prefetch<N> pf;
     L ld;
     int c0 = 0;
     __device__ __forceinline__ void load(int c) {
-        if constexpr (Prefetch3<N, 0, 0>::FITS) {
+        if constexpr (Prefetch<N>::FITS) {
             c0 = c;
-            pf.load([&](int i) { return ld(i, c0); }, [](int) { return 0.f; }, [](int) { return 0.f; });
+            pf.load([&](int i) { return ld(i, c0); });
         }
     }
     template <class S>
     __device__ __forceinline__ void put(int c, S st) {
-        if constexpr (Prefetch3<N, 0, 0>::FITS) pf.store(st, [](int, float) {}, [](int, float) {});
+        if constexpr (Prefetch<N>::FITS) pf.store(st);
         else stage_copy<N>([&](int i) { return ld(i, c); }, st);
     }
 };

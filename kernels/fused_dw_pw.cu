@@ -8,7 +8,7 @@
 // in registers. The DW is recomputed once per filter tile.
 //
 // Pipeline: a STAGES-deep shared-memory ring filled with cp.async runs STAGES - 1 chunks ahead (two
-// barriers per chunk). The halo goes through cp.async in 4-byte units when XA = 1 (fp32 elements; fp16
+// barriers per chunk; STAGES = 1 copies after the math, fused_common.cuh). The halo goes through cp.async in 4-byte units when XA = 1 (fp32 elements; fp16
 // pairs, the window starting at an even column so pairs never straddle the map border, which needs an
 // even W); with XA = 0 it is prefetched through registers one chunk ahead instead.
 //
@@ -44,7 +44,7 @@ constexpr int SZ_DS = al128(KP * LDD * E), SZ_ST = al128(MP * LDC * 4);
 constexpr int O_DS = STAGES * SZ_STAGE;
 constexpr int SMEM = imax(O_DS + SZ_DS, SZ_ST);
 static_assert(SMEM == SMEM_TOTAL, "shared-memory layout disagrees with fuseplanner.tiles");
-static_assert(STAGES >= 2, "the ring needs two stages");
+static_assert(STAGES >= 1, "the ring needs a stage");
 constexpr int K2 = PREC == 0 ? TC : KP;
 
 #if KS > 1
@@ -112,7 +112,7 @@ fused_dw_pw(const T* __restrict__ x, const float* __restrict__ w1, const float* 
 #pragma unroll 1
     for (int i = 0; i < nk; ++i) {
         const int s = i % STAGES, c0 = chunk0(i);
-        cp_async_wait<STAGES - 2>();
+        ring_wait<STAGES>();
 #if !XA
         T* xwp = xw_of(s);
         hp.put(c0, [&](int t, float v) { from_f(xwp[t], v); });
@@ -143,6 +143,7 @@ fused_dw_pw(const T* __restrict__ x, const float* __restrict__ w1, const float* 
         }
         __syncthreads();
         acc.template mac<K2, LDW, LDD>(ws_of(s), ds);
+        ring_refill<STAGES>(i, nk, issue);
     }
     cp_async_wait<0>();
     __syncthreads();  // the staging tile aliases the ring

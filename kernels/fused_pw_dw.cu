@@ -8,7 +8,8 @@
 // are applied in place, with window positions outside the map set to 0 (the DW's zero padding applies
 // to the PW output), and the DW (+ bias, ACT2, residual) reads cs and writes the output.
 //
-// Pipeline: a STAGES-deep cp.async ring of (halo window, PW weights) runs STAGES - 1 chunks ahead;
+// Pipeline: a STAGES-deep cp.async ring of (halo window, PW weights) runs STAGES - 1 chunks ahead
+// (STAGES = 1: after the math, fused_common.cuh);
 // the DW weights and biases are copied with the first chunk. The halo goes through 4-byte cp.async
 // when XA = 1 (fp32 elements; fp16 pairs from an even column, which needs an even W), else it is
 // prefetched through registers one chunk ahead.
@@ -36,7 +37,7 @@ constexpr int SZ_STAGE = SZ_XS + SZ_WS;
 constexpr int SZ_CS = al128(MP * LDC * 4), SZ_WD = al128(TF * (KK + 1) * 4);
 constexpr int O_CS = STAGES * SZ_STAGE, O_WD = O_CS + SZ_CS, SMEM = O_WD + SZ_WD;
 static_assert(SMEM == SMEM_TOTAL, "shared-memory layout disagrees with fuseplanner.tiles");
-static_assert(STAGES >= 2, "the ring needs two stages");
+static_assert(STAGES >= 1, "the ring needs a stage");
 constexpr int K1 = PREC == 0 ? TC : KP;
 
 extern "C" __global__ void __launch_bounds__(THREADS)
@@ -86,7 +87,7 @@ fused_pw_dw(const T* __restrict__ x, const T* __restrict__ wp, const float* __re
 #pragma unroll 1
     for (int i = 0; i < nk; ++i) {
         const int s = i % STAGES;
-        cp_async_wait<STAGES - 2>();
+        ring_wait<STAGES>();
 #if !XA
         T* xsp = xs_of(s);
         hp.put(i * TC, [&](int t, float v) { from_f(xsp[(t / N1P) * LDX + t % N1P], v); });
@@ -98,6 +99,7 @@ fused_pw_dw(const T* __restrict__ x, const T* __restrict__ wp, const float* __re
 #endif
         if (i == 0) gemm_stream<ME1, NE1, G1M, G1N, K1, LDW, LDX, LDC, false>(ws_of(s), xs_of(s), cs);
         else gemm_stream<ME1, NE1, G1M, G1N, K1, LDW, LDX, LDC, true>(ws_of(s), xs_of(s), cs);
+        ring_refill<STAGES>(i, nk, issue);
     }
     cp_async_wait<0>();
     __syncthreads();

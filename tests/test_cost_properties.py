@@ -1,9 +1,9 @@
 """Property tests of the cost models (hypothesis).
 
 Parameter bytes. P_K(ops) = the exact bytes of the parameters as a kernel of kind K reads them:
-biases fp32 in every kernel, the weights of the dw kernel and of every fused kernel fp32, the weight
-matrix of the layer-by-layer pw/linear kernel in the storage dtype (`param_bytes` below, written
-from that rule, not from the model). In fp32, P_K is `compulsory(...)["weights"]` for every kind.
+biases and DW filters fp32 in every kernel, PW and linear weight matrices in the storage dtype (the
+layer-by-layer pw/linear kernel's, and the packed copies of every fused kernel; `param_bytes` below,
+written from that rule, not from the model). P_K is `compulsory(...)["weights"]` for every kind.
 
 Fusion inequality (proved here for every generated case). For a fused kernel F over a chain of
 layer-by-layer kernels L_1 .. L_n (n = 2 or 3) with intermediates I_1 .. I_{n-1}, any tiles:
@@ -13,9 +13,8 @@ layer-by-layer kernels L_1 .. L_n (n = 2 or 3) with intermediates I_1 .. I_{n-1}
 where |X| are exact tensor bytes, C(F) = |needed input of L_1| + P_F + |out of L_n| is what F must
 move at least, ovh(F) = GMA(F) - C(F) the fused kind's overhead (input re-reads per filter tile,
 halo re-reads, the weight re-reads that L1 does not filter out, partial-sector waste), and
-D = P_F - sum_i P_{L_i} = (4 - e) x (weight elements of the pw/linear members) the extra bytes of F's
-fp32 weights over the layer-by-layer pw kernels' storage-dtype weights (0 in fp32, e = 4; in fp16
-F may read more weight bytes than the pw kernels it replaces).
+D = P_F - sum_i P_{L_i} the extra parameter bytes of F over its layer-by-layer kernels (0 for every
+kind: all read each parameter in the same dtype; checked).
 Proof: every layer-by-layer kernel moves at least its own compulsory bytes with its own parameter
 bytes (checked below): GMA(L_1) >= |in_1| + P_{L_1} + |I_1|, GMA(L_i) >= |I_{i-1}| + P_{L_i} + |I_i|
 and GMA(L_n) >= |I_{n-1}| + P_{L_n} + |out_n| (every element of I_j is needed by L_{j+1}: checked).
@@ -23,7 +22,7 @@ Summing, sum_i GMA(L_i) >= C(F) - D + 2 sum_j |I_j|, and GMA(F) = C(F) + ovh(F).
 >= 0 (checked: F reads every weight at least once, since L1 filtering keeps max(f Wr, min(Wu, Wr))
 of the per-block weight reads Wr >= Wu), and is 0 for a single tile per image over sector-aligned rows
 (checked), so fusion saves the intermediates' round trips plus the unfused kernels' own overheads,
-minus the fused kind's overhead and the fp32 weights' extra bytes. L1 filtering can only lower GMA(F)
+minus the fused kind's overhead. L1 filtering can only lower GMA(F)
 (checked against the same GPU with fused_weight_l2_fraction = 1, where every re-read reaches L2), and
 the inequality holds with and without it.
 """
@@ -82,15 +81,14 @@ def groups(draw, kinds=("dw", "pw", "linear", "pw_dw", "dw_pw", "pw_pw", "pw_dw_
 
 
 def param_bytes(kind: str, ops, dtype: str) -> float:
-    """Exact parameter bytes a kernel of `kind` reads at least once: fp32 biases, fp32 weights except
-    the weight matrices of the layer-by-layer pw/linear kernel and the PW members of pw_dw and dw_pw
-    (packed), which are in the storage dtype."""
+    """Exact parameter bytes a kernel of `kind` reads at least once: fp32 biases and DW filters, PW and
+    linear weight matrices in the storage dtype (the pw/linear kernel's, and the fused kernels' packed
+    copies)."""
     e = 2 if dtype == "fp16" else 4
     total = 0
     for op in ops:
         g = geom(op)
-        in_dtype = kind in ("pw", "linear") or (kind in ("pw_dw", "dw_pw") and not g.depthwise)
-        total += g.weight_elems * (e if in_dtype else 4) + (4 * g.co if g.bias else 0)
+        total += g.weight_elems * (4 if g.depthwise else e) + (4 * g.co if g.bias else 0)
     return float(total)
 
 
@@ -113,8 +111,7 @@ def test_traffic_at_least_compulsory(data, group, dtype, spec_name, batch, resid
     c = estimate(kind, ops, t, dtype, batch, spec, residual=residual)
     assert c.feasible, c.reason
     comp = compulsory(kind, ops, dtype, batch, residual)
-    if dtype == "fp32":
-        assert param_bytes(kind, ops, dtype) == comp["weights"]
+    assert param_bytes(kind, ops, dtype) == comp["weights"]
     # every kernel reads each parameter at least once, at its kind's parameter bytes
     need_read = comp["input"] + param_bytes(kind, ops, dtype) + comp["residual"]
     assert c.gma_read_bytes >= need_read
@@ -161,12 +158,8 @@ def test_fusion_inequality(data, group, dtype, batch):
         prev_out = comp["output"]
         if i < len(ops) - 1:
             inter += comp["output"]
-    e = 2 if dtype == "fp16" else 4
     d = p_f - p_lbl
-    # pw_pw and pw_dw_pw keep fp32 weights where the LBL pw kernel reads the dtype; pw_dw and dw_pw
-    # read their packed PW weights in the dtype too
-    fp32_pw = kind in ("pw_pw", "pw_dw_pw")
-    assert d == (4 - e) * sum(geom(op).weight_elems for op in ops if op.kind != "dw") * fp32_pw
+    assert d == 0  # every kernel reads PW weights in the storage dtype and DW filters in fp32
     assert fused.gma_bytes <= lbl_sum - 2 * inter + d + ovh
     assert raw.gma_bytes <= lbl_sum - 2 * inter + d + (raw.gma_bytes - c_f)
 
@@ -176,15 +169,16 @@ def test_fusion_inequality(data, group, dtype, batch):
 def test_single_tile_fused_overhead_is_zero_when_aligned(c, m, h, dtype):
     """One tile per image covering the map and all filters, rows of whole sectors (h x e a multiple
     of 32 B; channel chunks of 16 and the fp32 weight and bias parts are whole sectors): the pw_pw
-    kernel moves exactly C(F) = its needed input + its fp32 parameters 4 (c m + m + m c + c) + its
-    output, in fp32 and in fp16 (one block reads each weight once: nothing for L1 to filter)."""
+    kernel moves exactly C(F) = its needed input + its parameters e (c m + m c) + 4 (m + c) (weights
+    in the storage dtype, fp32 biases) + its output, in fp32 and in fp16 (one block reads each
+    weight once: nothing for L1 to filter)."""
     ops = (pw(c, m, h, h), pw(m, c, h, h))
     t = Tile(h, h, c, 16, 64)
     assume(tiles.check("pw_pw", ops, t, dtype, H100) is None)
     fused = estimate("pw_pw", ops, t, dtype, 1, H100)
     comp = compulsory("pw_pw", ops, dtype, 1)
     e = 4 if dtype == "fp32" else 2
-    params = 4 * (c * m + m + m * c + c)
+    params = e * (c * m + m * c) + 4 * (m + c)
     assert param_bytes("pw_pw", ops, dtype) == params
     if h * e % 32 == 0:
         assert fused.gma_read_bytes == comp["input"] + params
@@ -223,20 +217,27 @@ def test_infeasible_tiles_have_the_check_reason(group, dtype, spec_name, th, tw,
         assert c.feasible or "no block fits" in c.reason
 
 
+def rup(a: int, b: int) -> int:
+    return -(-a // b) * b
+
+
 @SETTINGS
 @given(st.data(), st.sampled_from(["pw", "linear", "pw_pw"]), st.sampled_from([16, 32, 64, 96]),
        st.sampled_from([16, 32, 48, 64]), st.sampled_from([16, 32]), st.integers(1, 3))  # fmt: skip
 def test_fp16_traffic_is_half_when_aligned(data, kind, c, m, h, batch):
     """Where every row segment is whole sectors in fp16 and in fp32 (map width, tile width, channel
     chunks and filter tiles multiples of 16 elements), fp16 halves the activation traffic and the pw
-    kernel's weights, but not the fp32 parameters. With P the parameter bytes that are fp32 in both
-    dtypes and read through L2 (pw/linear: the biases 4 m, re-read by each of the nsp spatial tiles of
-    each image: P = batch nsp 4 m; pw_pw: the fused weights and biases, Wr = batch nsp (nf (4 c m + 4 m)
-    + 4 m c + 4 c) re-read bytes of which P = keep = max(0.3 Wr, min(Wu, Wr)), Wu = 4 (2 c m + m + c),
-    rounded up to whole sectors) and U the distinct fp32 parameter bytes (4 m; Wu):
+    kernel's weights, but not the fp32 parameters. With P(e) the parameter bytes read through L2 with
+    e-byte storage (pw/linear: the fp32 biases 4 m, re-read by each of the nsp spatial tiles of each
+    image: P = batch nsp 4 m in both dtypes; pw_pw: the fused kernel's weights (storage dtype) and
+    biases (fp32), packed in rows of whole 16-byte copies: W1 = cdiv(m, tc) c rup(tc e, 16) + 4 m
+    (read by every block), W2 = cdiv(c, tf) m rup(tf e, 16) + 4 c (each filter tile once per spatial
+    tile), Wr(e) = batch nsp (nf W1 + W2) re-read bytes of which P(e) = keep = max(f Wr, min(Wu, Wr))
+    rounded up to whole sectors, Wu(e) = W1 + W2, f the spec's fused_weight_l2_fraction) and U(e) the
+    distinct parameter bytes (4 m; Wu(e)):
 
-        GMA_read(fp32) - P == 2 (GMA_read(fp16) - P),  GMA_write(fp32) == 2 GMA_write(fp16),
-        DRAM_read(fp32) - U == 2 (DRAM_read(fp16) - U)   (everything fits in the H100's L2)
+        GMA_read(fp32) - P(4) == 2 (GMA_read(fp16) - P(2)),  GMA_write(fp32) == 2 GMA_write(fp16),
+        DRAM_read(fp32) - U(4) == 2 (DRAM_read(fp16) - U(2))   (everything fits in the H100's L2)
     """
     if kind == "pw":
         ops = (pw(c, m, h, h),)
@@ -256,17 +257,21 @@ def test_fp16_traffic_is_half_when_aligned(data, kind, c, m, h, batch):
         nsp = cdiv(h * 2, t.th)
     else:
         nsp = cdiv(h, t.th) * cdiv(h, t.tw)
-    if kind == "pw_pw":
-        nf = cdiv(c, t.tf)
-        wr = batch * nsp * (nf * (4 * c * m + 4 * m) + 4 * m * c + 4 * c)
-        wu = 4 * (2 * c * m + m + c)
-        keep = max(Fraction(3, 10) * wr, min(wu, wr))
-        p, u = 32 * math.ceil(keep / 32), wu
-    else:
-        p, u = batch * nsp * 4 * m, 4 * m
-    assert f32.gma_read_bytes - p == 2 * (f16.gma_read_bytes - p)
+    def params(e: int) -> tuple[int, int]:  # (P(e), U(e))
+        if kind != "pw_pw":
+            return batch * nsp * 4 * m, 4 * m
+        # packed rows: W1 by tc (cdiv(m, tc) chunks of c rows), W2 by tf, each row rup(t e, 16) bytes
+        w1 = cdiv(m, t.tc) * c * rup(t.tc * e, 16) + 4 * m
+        w2 = cdiv(c, t.tf) * m * rup(t.tf * e, 16) + 4 * c
+        wr = batch * nsp * (cdiv(c, t.tf) * w1 + w2)
+        wu = w1 + w2
+        keep = max(Fraction(str(H100.fused_weight_l2_fraction)) * wr, min(wu, wr))
+        return 32 * math.ceil(keep / 32), wu
+
+    (p32, u32), (p16, u16) = params(4), params(2)
+    assert f32.gma_read_bytes - p32 == 2 * (f16.gma_read_bytes - p16)
     assert f32.gma_write_bytes == 2 * f16.gma_write_bytes
-    assert f32.dram_read_bytes - u == 2 * (f16.dram_read_bytes - u)
+    assert f32.dram_read_bytes - u32 == 2 * (f16.dram_read_bytes - u16)
 
 
 @SETTINGS

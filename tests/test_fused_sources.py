@@ -40,6 +40,9 @@ CASES = [
     ("pw_pw", (conv("q", "pw", 144, 24, 28, act=None), conv("r", "pw", 24, 144, 28)), Tile(4, 8, 32, 32, 128)),
     ("dw_pw", (D7, P7), Tile(7, 7, 32, 64, 64)),
     ("pw_dw_pw", (E7, D7, P7), Tile(1, 7, 32, 32, 224)),
+    # EfficientNet-B0's last projection and head: one 1152-row chunk of W1 is a 110,592 B stage
+    ("pw_pw", (Q7 := conv("q", "pw", 1152, 320, 7, act=None), R7 := conv("r", "pw", 320, 1280, 7, act="silu")),
+     Tile(1, 4, 32, 16, 64)),
 ]
 MODES = [("fp32", "fp32"), ("fp32", "tf32"), ("fp16", "fp32")]
 
@@ -56,7 +59,8 @@ def _compile(kind, ops, tile, dtype, precision, workdir):
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH: compile-only fused-kernel check skipped")
 def test_fused_kernels_compile_for_sm90_without_spills():
-    jobs = [(k, o, t, dt, pr) for k, o, t in CASES for dt, pr in MODES if k in ("pw_dw_pw", "dw_pw") or pr == "tf32"]
+    jobs = [(k, o, t, dt, pr) for k, o, t in CASES for dt, pr in MODES
+            if k in ("pw_dw_pw", "dw_pw") or pr == "tf32" or o[0].c_in > 1000]  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp, concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 2) as ex:
         results = list(ex.map(lambda j: (j, _compile(*j, tmp)), jobs))
     for (kind, _, tile, dtype, precision), (rc, rep) in results:
@@ -84,6 +88,18 @@ def test_pw_dw_layout_by_hand():
     # stage: xs 32 x 104 x 2 = 6656 + ws 32 x 40 x 2 = 2560 = 9216 -> 4 stages (the most); cs 32 x 104 x 4
     assert tiles.fused_smem_layout("pw_dw", (E, D), Tile(4, 4, 32, 32, 256), "fp16") == {
         "ring": 4 * 9216, "cs": 13312, "wd": 1280}
+
+
+def test_a_stage_over_the_ring_budget_runs_single_buffered():
+    # W1 chunk 1152 x (16 + 8) x 4 = 110,592 B + W2 chunk 16 x (32 + 8) x 4 = 2,560 -> 113,152 B
+    #   > FUSED_RING_BYTES (65,536): one stage; two would not fit beside xs in 232,448 B with the rest
+    ops, tile = (Q7, R7), Tile(1, 4, 32, 16, 64)
+    assert tiles.ring_stages(tiles.FUSED_RING_BYTES) == 1 * tiles.FUSED_MIN_STAGES
+    assert tiles.ring_stages(tiles.FUSED_RING_BYTES + 1) == 1
+    assert tiles.fused_stages("pw_pw", ops, tile, "fp32") == 1
+    assert tiles.fused_smem_layout("pw_pw", ops, tile, "fp32")["ring"] == 113_152
+    # in fp16 the same stage is 56,576 B: double-buffered
+    assert tiles.fused_stages("pw_pw", ops, tile, "fp16") == 2
 
 
 def test_strided_pointwise_member_is_infeasible():

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from ..errors import FusePlannerError
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -60,7 +62,12 @@ def _from_results(args: argparse.Namespace) -> int:
 
     name = load_results(args.from_results[0])["meta"]["gpu"] if args.gpu == "auto" else args.gpu
     base = specs.gpu(name)
-    samples = fit.load_samples(args.from_results, args.model)
+    samples, dropped = fit.feasible(base, fit.load_samples(args.from_results, args.model))
+    if dropped:
+        sys.stderr.write(f"skipped {len(dropped)} records that the current kernels cannot launch with spec "
+                         f"{base.name} (measured with an earlier kernel), e.g. {dropped[0]}\n")
+    if not samples:
+        raise FusePlannerError("no record of these results can be launched with the current kernels: nothing to fit")
     result = fit.fit_spec(base, samples)
     out = Path(args.out or f"{base.name}_fitted.toml")
     d = spec_dict(base)

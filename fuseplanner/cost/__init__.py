@@ -189,18 +189,17 @@ def estimate_op(op: Op, dtype: str, batch: int, gpu: GpuSpec | str, *, precision
     return stream_cost(op, dtype, batch, spec, precision)
 
 
-def _weight_bytes(kind: str, g, e: int) -> int:
-    """Bytes per weight element a kernel reads: the storage dtype's in the pw/linear kernel and for
-    the packed PW member of pw_dw and dw_pw, fp32 (`work.PARAM_BYTES`) elsewhere."""
-    if kind in ("pw", "linear") or (kind in ("pw_dw", "dw_pw") and not g.depthwise):
-        return e
-    return PARAM_BYTES
+def _weight_bytes(g, e: int) -> int:
+    """Bytes per weight element a kernel reads: the storage dtype's for PW/linear weights (the
+    pw/linear kernel's matrix, the fused kernels' packed PW members), fp32 (`work.PARAM_BYTES`) for
+    DW filters."""
+    return PARAM_BYTES if g.depthwise else e
 
 
 def compulsory(kind: str, ops: Sequence[Op], dtype: str, batch: int, residual: bool = False) -> dict[str, float]:
     """Bytes every kernel of this kind must move at least, whatever its tile (exact element bytes, no
-    sector rounding): the input elements some output needs, the weights and biases (fp32 biases, and
-    fp32 weights except in the pw/linear kernel and the PW member of pw_dw and dw_pw: `_weight_bytes`), the residual (0
+    sector rounding): the input elements some output needs, the weights and biases (fp32 biases and
+    DW filters, PW/linear weights in the storage dtype: `_weight_bytes`), the residual (0
     when it is the block's own input, as in a pw_dw_pw inverted residual) and the output. The
     intermediate tensors of a fused kind are not included."""
     km = context(kind, tuple(ops), dtype)
@@ -214,7 +213,7 @@ def compulsory(kind: str, ops: Sequence[Op], dtype: str, batch: int, residual: b
         need = first.c * rows * cols
     else:
         need = first.c * first.ho * first.wo
-    weights = sum(g.weight_elems * _weight_bytes(kind, g, e) + (g.co * PARAM_BYTES if g.bias else 0) for g in gs)
+    weights = sum(g.weight_elems * _weight_bytes(g, e) + (g.co * PARAM_BYTES if g.bias else 0) for g in gs)
     out = last.out_elems * batch * e
     res_is_input = getattr(km, "res_is_input", False)  # a pw_dw_pw block adding its own input
     return {

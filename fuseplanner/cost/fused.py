@@ -14,18 +14,21 @@ fused kernel saves is their write and read, what it pays is recomputation and re
   channel chunks of one output tile (`tiles.cluster_split`), which changes the schedule, not the bytes.
 - ``pw_pw``: a block stages its C1 x (th x tw) input pixels once, computes tc mid channels of the
   first PW at a time and accumulates tf filters of the second; the first PW (and all of W1) is
-  recomputed/re-read once per filter tile.
+  recomputed/re-read once per filter tile. Both weight matrices are packed by the launcher in the
+  storage dtype, W1 per chunk of tc mid channels and W2 per filter tile (`packed_pw_weight_sectors`).
 - ``pw_dw_pw``: a block stages the C_in x halo window once; per tc expanded channels it runs the
   expansion over the window (halo recomputation), the DW, and accumulates tf projection filters.
-  Expansion and DW are recomputed once per filter tile. A residual of this kind is the block's own
-  input (same shape): it is read through L2 again (GMA) but never from DRAM a second time.
+  Expansion and DW are recomputed once per filter tile; the expansion weights are packed per chunk
+  of tc channels and the projection's per filter tile, in the storage dtype. A residual of this kind
+  is the block's own input (same shape): it is read through L2 again (GMA) but never from DRAM a
+  second time.
 """
 
 from __future__ import annotations
 
 from ..ir import Tile
 from .dw import dw_weight_sectors, dw_weight_unique, halo
-from .pw import input_unique, pw_weight_sectors, pw_weight_unique
+from .pw import input_unique, pw_weight_unique
 from .shapes import Geom
 from .traffic import row_sectors, sectors, span_total
 from .work import (
@@ -54,12 +57,6 @@ def expansion_window(gp: Geom, gd: Geom, th: int, tw: int, e: int) -> tuple[floa
     s = gp.sw
     col_sec = row_sectors(gp.w, gd.pl * s, (ww - 1) * s + 1, tw * gd.sw * s, nw, e, gp.w * e)
     return rows * col_sec, rows, cols
-
-
-def whole_weight_sectors(g: Geom, tc: int) -> float:
-    """Sectors of one block reading a whole first-layer [co, c] fp32 weight (and bias), tc rows at a time."""
-    s = block_split_sectors(g.co * g.c, tc * g.c, PARAM_BYTES)
-    return s + block_split_sectors(g.co, tc, PARAM_BYTES) if g.bias else s
 
 
 class FusedModel(KernelModel):
@@ -121,16 +118,19 @@ class PwDwModel(FusedModel):
 
 
 def packed_pw_weight_sectors(g: Geom, tf: int, e: int) -> float:
-    """Sectors of all filter tiles of dw_pw reading their packed PW weights wp[tile][C][TFP] (storage
+    """Sectors of reading a whole packed PW weight wp[co / tf tiles][C][TFP] tile by tile (storage
     dtype, rows of TFP = tf rounded up to 16 bytes, 16-byte aligned: a row of L bytes costs L/32
-    sectors when L is a multiple of 32, else (L + 16)/32 on average), plus their fp32 biases."""
+    sectors when L is a multiple of 32, else (L + 16)/32 on average), plus the fp32 bias in parts of
+    tf. The filter tiles of pw_dw, dw_pw and of the last PW of pw_pw and pw_dw_pw together; every
+    block of pw_pw and pw_dw_pw for its first PW, packed by the channel chunk (tf = tc)."""
     row = _rup(tf * e, 16)
     s = cdiv(g.co, tf) * g.c * (row / 32 if row % 32 == 0 else (row + 16) / 32)
     return s + block_split_sectors(g.co, tf, PARAM_BYTES) if g.bias else s
 
 
 def packed_pw_weight_unique(g: Geom, tf: int, e: int) -> float:
-    """Bytes of dw_pw's packed PW weights (zero padding included) and fp32 bias, whole sectors."""
+    """Bytes of a packed PW weight (`packed_pw_weight_sectors`; zero padding included) and its fp32
+    bias, whole sectors."""
     return 32.0 * (sectors(cdiv(g.co, tf) * g.c * _rup(tf * e, 16)) + (sectors(g.co * PARAM_BYTES) if g.bias else 0))
 
 
@@ -172,17 +172,22 @@ class PwPwModel(FusedModel):
         return nsp, g1.c * pw_in_sectors(g1, th, tw, e), g2.co * out_plane_sectors(g2, tw, e)
 
     def channel(self, tf: int, tc: int) -> tuple:
+        # every block reads all of W1 (packed by tc) and its filter tile of W2 (packed by tf); the
+        # input tile arrives with the first chunk, so a block's chain is one load per chunk
         g1, g2 = self.gs
         e = self.e
         out = out_tokens_sectors(g2, tf, e) if g2.tokens_major else 0.0
-        return cdiv(g2.co, tf), whole_weight_sectors(g1, tc), pw_weight_sectors(g2, tf, tc, PARAM_BYTES), out, cdiv(g1.co, tc) + 1
+        w_u = packed_pw_weight_unique(g1, tc, e) + packed_pw_weight_unique(g2, tf, e)
+        return (cdiv(g2.co, tf), packed_pw_weight_sectors(g1, tc, e), packed_pw_weight_sectors(g2, tf, e), out,
+                cdiv(g1.co, tc), w_u)  # fmt: skip
 
     def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
         g1, g2 = self.gs
         nsp, in_s, out_s = sp
-        nf, w1, w2, out_c, iters = ch
-        return self.assemble(b, residual, nf * in_s, nsp * (nf * w1 + w2), out_s + out_c, nf, nsp, iters,
-                             0.0, nf * 2.0 * g1.macs + 2.0 * g2.macs, input_unique(g1, self.e, b))  # fmt: skip
+        nf, w1, w2, out_c, iters, w_u = ch
+        w = self.assemble(b, residual, nf * in_s, nsp * (nf * w1 + w2), out_s + out_c, nf, nsp, iters,
+                          0.0, nf * 2.0 * g1.macs + 2.0 * g2.macs, input_unique(g1, self.e, b))  # fmt: skip
+        return w._replace(w_unique=w_u)
 
 
 class PwDwPwModel(FusedModel):
@@ -199,13 +204,18 @@ class PwDwPwModel(FusedModel):
         return nsp, g1.c * in_plane, g2.co * out_plane_sectors(g2, tw, self.e), pw1_done
 
     def channel(self, tf: int, tc: int) -> tuple:
+        # every block reads all of W1 (packed by tc) and all DW filters and its filter tile of W3
+        # (packed by tf); the input window arrives with the first chunk: one load per chunk
         g1, gd, g2 = self.gs
-        per_tile = whole_weight_sectors(g1, tc) + dw_weight_sectors(gd, tc)
-        return cdiv(g2.co, tf), per_tile, pw_weight_sectors(g2, tf, tc, PARAM_BYTES), cdiv(g1.co, tc) + 1
+        e = self.e
+        per_tile = packed_pw_weight_sectors(g1, tc, e) + dw_weight_sectors(gd, tc)
+        w_u = packed_pw_weight_unique(g1, tc, e) + dw_weight_unique(gd) + packed_pw_weight_unique(g2, tf, e)
+        return cdiv(g2.co, tf), per_tile, packed_pw_weight_sectors(g2, tf, e), cdiv(g1.co, tc), w_u
 
     def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
         g1, gd, g2 = self.gs
         nsp, in_s, out, pw1_done = sp
-        nf, w_rep, w3, iters = ch
-        return self.assemble(b, residual, nf * in_s, nsp * (nf * w_rep + w3), out, nf, nsp, iters,
-                             nf * 2.0 * gd.macs, nf * pw1_done + 2.0 * g2.macs, input_unique(g1, self.e, b))  # fmt: skip
+        nf, w_rep, w3, iters, w_u = ch
+        w = self.assemble(b, residual, nf * in_s, nsp * (nf * w_rep + w3), out, nf, nsp, iters,
+                          nf * 2.0 * gd.macs, nf * pw1_done + 2.0 * g2.macs, input_unique(g1, self.e, b))  # fmt: skip
+        return w._replace(w_unique=w_u)

@@ -37,8 +37,8 @@ MODELS: dict[str, type[KernelModel]] = {
     "pw_pw": PwPwModel,
     "pw_dw_pw": PwDwPwModel,
 }
-#: Chunk loads in flight per block (pw/linear run a cp.async ring; pw_dw's and dw_pw's depth is per
-#: tile, see `scheduled`; the others are single buffered).
+#: Chunk loads in flight per block (pw/linear run a cp.async ring; the fused kinds' depth is per tile,
+#: see `scheduled`; dw is single buffered).
 PIPELINE_DEPTH = {"pw": tiles.PW_STAGES - 1, "linear": tiles.PW_STAGES - 1}
 
 PRECISIONS = ("fp32", "tf32")
@@ -104,12 +104,13 @@ def l1_filtered(w: Work, hw: Hw) -> Work:
 def scheduled(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, batch: int, gpu: GpuSpec, w: Work) -> tuple[Work, int]:
     """(`w` as the launch schedules it, chunk loads a block keeps in flight). A dw_pw cluster split
     (`tiles.cluster_split`) multiplies the blocks and divides each block's chain of chunks; the bytes
-    and FLOPs stay. Depth: the cp.async ring's stages - 1 (pw/linear, pw_dw, dw_pw), else 1."""
+    and FLOPs stay. Depth: the cp.async ring's stages - 1 (pw/linear and the fused kinds; 1 for a one-stage
+    ring, whose one chunk in flight does not overlap the math), else 1."""
     ks = tiles.cluster_split(kind, ops, tile, batch, gpu)
     if ks > 1:
         w = w._replace(blocks=w.blocks * ks, iters=cdiv(w.iters, ks))
-    if kind in ("pw_dw", "dw_pw"):
-        return w, tiles.fused_stages(kind, ops, tile, dtype) - 1
+    if kind in tiles.FUSED_KINDS:
+        return w, max(1, tiles.fused_stages(kind, ops, tile, dtype) - 1)
     return w, PIPELINE_DEPTH.get(kind, 1)
 
 

@@ -7,8 +7,8 @@ time = launch + sum over waves of  max(iters * latency / depth + memory + own co
 - waves: blocks run in waves of sm_count * blocks_per_sm; the last, partial wave runs
   ceil(rest / sm_count) blocks on min(rest, sm_count) SMs (wave quantisation).
 - latency: every block runs a serial loop of `iters` chunk iterations, each waiting for one global
-  load (`mem_latency_s`); depth = chunk loads a block keeps in flight (PW_STAGES - 1 for the cp.async
-  ring of pw/linear, 1 for the single-buffered dw and fused kernels).
+  load (`mem_latency_s`); depth = chunk loads a block keeps in flight (the stages of a cp.async ring
+  less one: PW_STAGES - 1 for pw/linear, `tiles.fused_stages` - 1 for the fused kernels; 1 for dw).
 - memory: each wave moves its share of the L2-level bytes at l2_bw and of the DRAM bytes at dram_bw,
   both split evenly over the active SMs (a wave on few SMs gets their share only); and a block's
   reads take at least its bytes / (warps ** exponent x `warp_load_bytes_per_cycle` x clock): a warp

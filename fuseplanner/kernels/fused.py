@@ -6,8 +6,9 @@ precision, the per-thread or per-warp work split) and returns a `Launch`; `run_<
 runs. The tile must already have passed `tiles.check` (`fuseplanner.kernels.run` does that).
 
 Back ends (define PREC): 0 exact fp32 FMA (fp32, precision "fp32"), 1 TF32 tensor cores (fp32,
-precision "tf32"), 2 fp16 tensor cores with fp32 accumulation (fp16 storage). Weights and biases stay
-float32 in global memory and are converted when staged to shared memory.
+precision "tf32"), 2 fp16 tensor cores with fp32 accumulation (fp16 storage). PW weights are packed by
+the launcher in the storage dtype (`pack_pw_weights`, TF32-rounded for "tf32") and copied to shared
+memory as they are; DW weights and all biases stay float32.
 """
 
 from __future__ import annotations
@@ -160,10 +161,9 @@ def kernel_defines(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, precisi
                    biases: Sequence[bool], residual: bool, split: int = 1, aligned: bool = True) -> dict[str, int]:
     """Every #define of kernels/fused_<kind>.cu for this group, tile, dtype and precision (pure).
 
-    `biases` says which member ops have a bias; `residual` whether a residual is added. pw_dw and
-    dw_pw: `aligned` says whether the input pointer allows 4-byte copies (the halo then goes through
-    cp.async where its rows allow); dw_pw: `split` is the cluster split of its reduction
-    (`tiles.cluster_split`).
+    `biases` says which member ops have a bias; `residual` whether a residual is added. `aligned` says
+    whether the input pointer allows 4-byte copies (the halo or input tile then goes through cp.async
+    where its rows allow); dw_pw: `split` is the cluster split of its reduction (`tiles.cluster_split`).
     """
     prec = precision_code(dtype, precision)
     th, tw, tf, tc, threads = tile.th, tile.tw, tile.tf, tile.tc, tile.threads
@@ -176,13 +176,15 @@ def kernel_defines(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, precisi
     if kind in ("pw_dw", "dw_pw", "pw_dw_pw"):
         d.update(_geometry_defines(ops[0] if kind == "dw_pw" else ops[1]))
     if kind in ("pw_pw", "pw_dw_pw"):
-        d["C1"] = ops[0].c_in
+        d.update({"C1": ops[0].c_in, "STAGES": tiles.fused_stages(kind, ops, tile, dtype),
+                  "TCP": packed_width(tc, dtype), "TFP": packed_width(tf, dtype),
+                  "XA": int(aligned and _input_pairs_ok(kind, ops, tile, dtype))})
     if kind == "pw_pw":
         d["CL"] = int(ops[0].kind == "linear")
         d.update(gemm_defines("1", tc, p, kp, _rup(p, 8), threads, prec, False))
     if kind in ("pw_dw", "pw_dw_pw"):
         hh, ww = tiles.halo_window(kind, ops, tile)
-        n1 = hh * (tiles.staged_window_width(ww, 2 if dtype == "fp16" else 4) if kind == "pw_dw" else ww)
+        n1 = hh * tiles.staged_window_width(ww, 2 if dtype == "fp16" else 4)
         if kind == "pw_dw":
             d.update(gemm_defines("1", tf, n1, mp, _rup(n1, 8), threads, prec, False))
         else:
@@ -198,14 +200,28 @@ def kernel_defines(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, precisi
     return d
 
 
+def _input_pairs_ok(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> bool:
+    """Whether 4-byte copies can stage the input of pw_pw / pw_dw_pw (XA, pointer alignment aside): fp32
+    always (one element per copy, pw_pw's channel-last tokens transposed element by element); fp16
+    only as pairs of one NCHW row that never straddle the map border, so an even W (pw_dw_pw's window
+    starts at an even column) and, for pw_pw, whose tile starts at column tile_x * TW, an even TW."""
+    if dtype != "fp16":
+        return True
+    if ops[0].kind == "linear":
+        return False
+    return ops[0].in_shape[3] % 2 == 0 and (kind == "pw_dw_pw" or tile.tw % 2 == 0)
+
+
 def packed_width(tf: int, dtype: str) -> int:
-    """Row length of the packed PW weights of pw_dw and dw_pw: tf rounded up to whole 16-byte copies."""
+    """Row length of a packed PW weight copy (`pack_pw_weights`): tf rounded up to whole 16-byte copies."""
     return _rup(tf, 16 // (2 if dtype == "fp16" else 4))
 
 
 def pack_pw_weights(cp, w, tf: int, dtype: str, precision: str):
-    """The PW weights [N, C] of pw_dw and dw_pw as wp[N / tf tiles][C][TFP] in the storage dtype (zero padded; TF32-
-    rounded for precision "tf32"), so that a block's chunk rows are contiguous 16-byte runs."""
+    """PW weights [N, C] as wp[N / tf tiles][C][TFP] in the storage dtype (zero padded; TF32-rounded for
+    precision "tf32"), so that a block's chunk rows are contiguous 16-byte runs. `tf` is the filter
+    tile of pw_dw, dw_pw and the last PW of pw_pw and pw_dw_pw; the first PW of pw_pw and pw_dw_pw
+    is packed by the channel chunk tc, so that chunk i's weights At[C][TCP] are the block wp[i]."""
     nf, c = (int(v) for v in w.shape)
     tiles_f, tfp = -(-nf // tf), packed_width(tf, dtype)
     full = cp.zeros((tiles_f * tf, c), dtype=cp.float32)
@@ -313,17 +329,19 @@ def prepare_pw_pw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp3
     x = check_array(cp, x, xshape, dtype, "x")
     (w1, b1), (w2, b2) = params
     w1 = weight_as(cp, w1, (c2, c1), None, f"{a.name} weight")
+    w1p = pack_pw_weights(cp, w1, tile.tc, dtype, precision)  # chunk i of tc mid channels is w1p[i]
     b1 = bias_as(cp, b1, c2, f"{a.name} bias")
     w2 = weight_as(cp, w2, (c3, c2), None, f"{b.name} weight")
+    w2p = pack_pw_weights(cp, w2, tile.tf, dtype, precision)
     b2 = bias_as(cp, b2, c3, f"{b.name} bias")
     out = output_array(cp, out, shape, dtype)
     residual = _res(cp, residual, shape, dtype)
     tiles_w = math.ceil(w / tile.tw)
     grid = (math.ceil(h / tile.th) * tiles_w, math.ceil(c3 / tile.tf), n)
     nul = null_ptr(cp)
-    args = (x, w1, _or(b1, nul), w2, _or(b2, nul), _or(residual, nul), out, *_i32(c2, c3, h, w, tiles_w))
+    args = (x, w1p, _or(b1, nul), w2p, _or(b2, nul), _or(residual, nul), out, *_i32(c2, c3, h, w, tiles_w))
     return _launch("pw_pw", ops, tile, dtype, precision, (b1 is not None, b2 is not None), residual, grid, args,
-                   out, (x, w1, b1, w2, b2, residual))
+                   out, (x, w1p, b1, w2p, b2, residual), aligned=x.data.ptr % 4 == 0)
 
 
 # ---- PW -> DW -> PW --------------------------------------------------------------------------------------
@@ -343,10 +361,12 @@ def prepare_pw_dw_pw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "
     ho, wo = _dw_checked(dw, h, w)
     (w1, b1), (w2, b2), (w3, b3) = params
     w1 = weight_as(cp, w1, (ce, c1), None, f"{pe.name} weight")
+    w1p = pack_pw_weights(cp, w1, tile.tc, dtype, precision)  # chunk i of tc expanded channels is w1p[i]
     b1 = bias_as(cp, b1, ce, f"{pe.name} bias")
     w2 = weight_as(cp, w2, (ce, dw.kernel[0] * dw.kernel[1]), None, f"{dw.name} weight")
     b2 = bias_as(cp, b2, ce, f"{dw.name} bias")
     w3 = weight_as(cp, w3, (c3, ce), None, f"{pp.name} weight")
+    w3p = pack_pw_weights(cp, w3, tile.tf, dtype, precision)
     b3 = bias_as(cp, b3, c3, f"{pp.name} bias")
     shape = (n, c3, ho, wo)
     out = output_array(cp, out, shape, dtype)
@@ -354,10 +374,11 @@ def prepare_pw_dw_pw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "
     tiles_w = math.ceil(wo / tile.tw)
     grid = (math.ceil(ho / tile.th) * tiles_w, math.ceil(c3 / tile.tf), n)
     nul = null_ptr(cp)
-    args = (x, w1, _or(b1, nul), w2, _or(b2, nul), w3, _or(b3, nul), _or(residual, nul), out,
+    args = (x, w1p, _or(b1, nul), w2, _or(b2, nul), w3p, _or(b3, nul), _or(residual, nul), out,
             *_i32(ce, c3, h, w, ho, wo, dw.pads[0], dw.pads[1], tiles_w))
     return _launch("pw_dw_pw", ops, tile, dtype, precision, (b1 is not None, b2 is not None, b3 is not None),
-                   residual, grid, args, out, (x, w1, b1, w2, b2, w3, b3, residual))
+                   residual, grid, args, out, (x, w1p, b1, w2, b2, w3p, b3, residual),
+                   aligned=x.data.ptr % 4 == 0)
 
 
 def _or(a, default):

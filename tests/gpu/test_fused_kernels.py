@@ -143,6 +143,25 @@ def test_mobilenetv2_layers_tile_spread(kind, dtype, precision):
                      residual=kind == "pw_dw_pw" and s == 1 and c_in == c_out)
 
 
+@pytest.mark.parametrize("dtype,precision", MODES)
+@pytest.mark.parametrize("kind", tiles.FUSED_KINDS)
+def test_single_buffered_ring(kind, dtype, precision):
+    """Tiles whose ring stage exceeds the ring budget run with one stage (copies after the math):
+    wide real groups of EfficientNet-B0 (its 1152 -> 320 -> 1280 head, its 5x5 1152-channel block)."""
+    pe = conv_op("e", "pw", 192, 1152, 7, 7, act="silu", batch=2)
+    dw = conv_op("d", "dw", 1152, 1152, 7, 7, 5, 1, act="silu", batch=2)
+    pp = conv_op("p", "pw", 1152, 192, 7, 7, act=None, batch=2)
+    ops = {"pw_dw": (pe, dw), "dw_pw": (dw, pp), "pw_dw_pw": (pe, dw, pp),
+           "pw_pw": (conv_op("q", "pw", 1152, 320, 7, 7, act=None, batch=2),
+                     conv_op("r", "pw", 320, 1280, 7, 7, act="silu", batch=2))}[kind]
+    single = [t for t in tiles.candidates(kind, ops, dtype, GPU) if tiles.fused_stages(kind, ops, t, dtype) == 1]
+    if not single:  # fp16 stages are half as large: only pw_pw's reach the budget
+        assert dtype == "fp16" and kind != "pw_pw"
+        pytest.skip(f"no {dtype} {kind} tile of this group has a stage over the ring budget")
+    for i in sorted({0, len(single) // 2, len(single) - 1}):
+        run_case(kind, ops, single[i], dtype, precision, seed=700 + i, residual=kind == "pw_dw_pw")
+
+
 def test_pw_dw_pads_the_pw_output_with_zeros():
     """With a large PW bias and no activation the halo must still be 0 (not bias) at the map border."""
     pw = conv_op("e", "pw", 8, 16, 9, 11, act=None)
