@@ -183,25 +183,21 @@ def _fused_smem_layout(kind: str, ops: Sequence[Op], th: int, tw: int, tf: int, 
         hh, ww = _halo(kind, ops, th, tw)
         kh, kw = ops[1].kernel
         n1p = _rup(hh * staged_window_width(ww, e), 8)
-        stage = _pw_dw_stage_bytes(ops, th, tw, tf, tc, e)
-        return {"ring": ring_stages(stage) * stage, "cs": a(mp * (n1p + 8) * ACC_BYTES),
+        return {"ring": _ring_bytes(kind, ops, th, tw, tf, tc, e), "cs": a(mp * (n1p + 8) * ACC_BYTES),
                 "wd": a(tf * (kh * kw + 1) * ACC_BYTES)}
     if kind == "dw_pw":
-        stage = _dw_pw_stage_bytes(ops, th, tw, tf, tc, e)
-        return {"ring": ring_stages(stage) * stage, "ds": a(kp * (np_ + 8) * e),
+        return {"ring": _ring_bytes(kind, ops, th, tw, tf, tc, e), "ds": a(kp * (np_ + 8) * e),
                 "staging": a(mp * (np_ + 8) * ACC_BYTES)}
     c1p = _rup(ops[0].c_in, 16)
     if kind == "pw_pw":
         # ms: the fp16 copy of the mid channels (fp32 storage stages them in mf itself)
-        stage = _pw_pw_stage_bytes(ops, th, tw, tf, tc, e)
-        return {"ring": ring_stages(stage) * stage, "xs": a(c1p * (np_ + 8) * e),
+        return {"ring": _ring_bytes(kind, ops, th, tw, tf, tc, e), "xs": a(c1p * (np_ + 8) * e),
                 "mf": a(kp * (np_ + 8) * ACC_BYTES), "ms": a(kp * (np_ + 8) * e) if e == 2 else 0,
                 "staging": a(mp * (np_ + 8) * ACC_BYTES)}
     if kind == "pw_dw_pw":
         hh, ww = _halo(kind, ops, th, tw)
         n1p = _rup(hh * staged_window_width(ww, e), 8)
-        stage = _pw_dw_pw_stage_bytes(ops, th, tw, tf, tc, e)
-        return {"ring": ring_stages(stage) * stage, "xs": a(c1p * (n1p + 8) * e),
+        return {"ring": _ring_bytes(kind, ops, th, tw, tf, tc, e), "xs": a(c1p * (n1p + 8) * e),
                 "e": a(kp * (n1p + 8) * ACC_BYTES), "ds": a(kp * (np_ + 8) * e),
                 "staging": a(mp * (np_ + 8) * ACC_BYTES)}
     raise ValueError(f"{kind!r} is not a fused kernel kind: use one of {', '.join(FUSED_KINDS)}")
@@ -248,6 +244,17 @@ def _pw_dw_pw_stage_bytes(ops: Sequence[Op], th: int, tw: int, tf: int, tc: int,
     return _aligned(c1p * (kp + 8) * e) + _aligned(tc * (kh * kw + 1) * ACC_BYTES) + _aligned(kp * (mp + 8) * e)
 
 
+#: One ring stage's bytes of each fused kind, (ops, th, tw, tf, tc, element bytes) -> bytes.
+_STAGE_BYTES = {"pw_dw": _pw_dw_stage_bytes, "dw_pw": _dw_pw_stage_bytes, "pw_pw": _pw_pw_stage_bytes,
+                "pw_dw_pw": _pw_dw_pw_stage_bytes}
+
+
+def _ring_bytes(kind: str, ops: Sequence[Op], th: int, tw: int, tf: int, tc: int, e: int) -> int:
+    """Shared memory of a fused kind's whole ring: its depth (`ring_stages`) times one stage."""
+    stage = _STAGE_BYTES[kind](ops, th, tw, tf, tc, e)
+    return ring_stages(stage) * stage
+
+
 def ring_stages(stage: int) -> int:
     """Ring depth of the fused kernels for a stage of `stage` bytes (kernels/fused_*.cu STAGES): as
     many as fit in FUSED_RING_BYTES, between FUSED_MIN_STAGES and FUSED_MAX_STAGES; a stage larger
@@ -261,16 +268,9 @@ def ring_stages(stage: int) -> int:
 def fused_stages(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> int:
     """Ring depth of a fused kernel (kernels/fused_<kind>.cu STAGES): its block keeps stages - 1
     chunks in flight."""
-    e = dtype_bytes(dtype)
-    if kind == "dw_pw":
-        return ring_stages(_dw_pw_stage_bytes(ops, tile.th, tile.tw, tile.tf, tile.tc, e))
-    if kind == "pw_dw":
-        return ring_stages(_pw_dw_stage_bytes(ops, tile.th, tile.tw, tile.tf, tile.tc, e))
-    if kind == "pw_pw":
-        return ring_stages(_pw_pw_stage_bytes(ops, tile.th, tile.tw, tile.tf, tile.tc, e))
-    if kind == "pw_dw_pw":
-        return ring_stages(_pw_dw_pw_stage_bytes(ops, tile.th, tile.tw, tile.tf, tile.tc, e))
-    raise ValueError(f"{kind!r} is not a fused kernel kind: use one of {', '.join(FUSED_KINDS)}")
+    if kind not in _STAGE_BYTES:
+        raise ValueError(f"{kind!r} is not a fused kernel kind: use one of {', '.join(FUSED_KINDS)}")
+    return ring_stages(_STAGE_BYTES[kind](ops, tile.th, tile.tw, tile.tf, tile.tc, dtype_bytes(dtype)))
 
 
 def cluster_split(kind: str, ops: Sequence[Op], tile: Tile, batch: int, gpu) -> int:

@@ -8,9 +8,10 @@
 // in registers. The DW is recomputed once per filter tile.
 //
 // Pipeline: a STAGES-deep shared-memory ring filled with cp.async runs STAGES - 1 chunks ahead (two
-// barriers per chunk; STAGES = 1 copies after the math, fused_common.cuh). The halo goes through cp.async in 4-byte units when XA = 1 (fp32 elements; fp16
-// pairs, the window starting at an even column so pairs never straddle the map border, which needs an
-// even W); with XA = 0 it is prefetched through registers one chunk ahead instead.
+// barriers per chunk; STAGES = 1 copies after the math, fused_common.cuh). The halo goes through
+// cp.async in 4-byte units when XA = 1 (fp32 elements; fp16 pairs, the window starting at an even
+// column so pairs never straddle the map border, which needs an even W); with XA = 0 it is
+// prefetched through registers one chunk ahead instead.
 //
 // Split reduction (KS > 1): the KS blocks of a thread-block cluster (__cluster_dims__(KS, 1, 1),
 // consecutive blockIdx.x) share one output tile and take every KS-th channel chunk; each leaves its

@@ -12,9 +12,10 @@
 // (aliasing the ring), then bias + ACT3 + residual.
 //
 // Pipeline: a STAGES-deep cp.async ring of (expansion chunk, DW weights and biases, projection chunk)
-// runs STAGES - 1 chunks ahead (STAGES = 1: after the math, fused_common.cuh); the halo window is copied once, with the first chunk through 4-byte
-// cp.async when XA = 1 (fp32 elements; fp16 pairs from an even column, which needs an even W), else
-// through registers (stage_copy) before the ring starts.
+// runs STAGES - 1 chunks ahead (STAGES = 1: after the math, fused_common.cuh); the halo window is
+// copied once, with the first chunk through 4-byte cp.async when XA = 1 (fp32 elements; fp16 pairs
+// from an even column, which needs an even W), else through registers (stage_copy) before the ring
+// starts.
 //
 // Defines: T_HALF PREC THREADS TH TW TF TC C1 KH KW SH SW DLH DLW ACT1 ACT2 ACT3 HAS_B1 HAS_B2
 //          HAS_B3 HAS_RES G1M G1N ME1 NE1 G2M G2N ME2 NE2 STAGES XA TCP TFP SMEM_TOTAL.

@@ -10,9 +10,10 @@
 // tile is staged in fp32 shared memory (aliasing the ring), then bias + ACT2 + residual.
 //
 // Pipeline: a STAGES-deep cp.async ring of (first PW chunk, second PW chunk) runs STAGES - 1 chunks
-// ahead (STAGES = 1: after the math, fused_common.cuh); the input tile is copied with the first chunk. It goes through 4-byte cp.async when XA = 1
-// (fp32 elements, transposed for CL = 1; fp16 pairs of an NCHW row from an even column, which needs
-// even W and TW), else through registers once (stage_copy) while the ring fills.
+// ahead (STAGES = 1: after the math, fused_common.cuh); the input tile is copied with the first
+// chunk. It goes through 4-byte cp.async when XA = 1 (fp32 elements, transposed for CL = 1; fp16
+// pairs of an NCHW row from an even column, which needs even W and TW), else through registers once
+// (stage_copy) while the ring fills.
 //
 // CL = 1: channel-last tokens, x (batch, tokens, C1) -> out (batch, tokens, C3); H = tokens, W = 1.
 // Defines: T_HALF PREC THREADS TH TW TF TC C1 CL ACT1 ACT2 HAS_B1 HAS_B2 HAS_RES
