@@ -4,8 +4,9 @@
 replays those records through the cost model with candidate values of the fields that describe
 fuseplanner's own kernels rather than the chip (`specs.KERNEL_RATE_DEFAULTS`):
 
-- `fused_weight_l2_fraction`, from the L2 read counters of fused kernels (grid search, minimising
-  the median absolute percentage error of GMA);
+- `fused_weight_l2_fraction` (fp32 storage) and `fused_weight_l2_fraction_fp16`, from the L2 read
+  counters of fused kernels of that storage dtype (grid search 0.05 .. 1.5, minimising the median
+  absolute percentage error of GMA);
 - `fuse_min_speedup`, the smallest predicted unfused/fused time ratio at which fusing agrees best
   with the measured outcomes of the groups measured both ways;
 - the `*_warp_flops_per_cycle` rates of the math modes present in the records and the
@@ -44,12 +45,12 @@ RATE_FIELDS = {
     ("fused", "tf32"): "fused_pw_warp_flops_per_cycle_tf32",
     ("fused", "fp16"): "fused_pw_warp_flops_per_cycle_fp16",
 }
-L2_FRACTION_FIELD = "fused_weight_l2_fraction"
+L2_FRACTION_FIELDS = {"fp32": "fused_weight_l2_fraction", "fp16": "fused_weight_l2_fraction_fp16"}
 EXPONENT_FIELDS = ("block_warp_exponent", "fused_block_warp_exponent")
 EXPONENT_STARTS = (0.35, 0.9)
 LOAD_FIELD = "warp_load_bytes_per_cycle"
 THRESHOLD_FIELD = "fuse_min_speedup"
-FRACTIONS = tuple(round(0.05 * i, 2) for i in range(1, 21))
+FRACTIONS = tuple(round(0.05 * i, 2) for i in range(1, 31))
 
 
 @dataclass(frozen=True)
@@ -222,16 +223,20 @@ def _rate_fields(samples: Sequence[Sample]) -> list[str]:
     return sorted(names)
 
 
-def _fit_fraction(spec: Any, samples: Sequence[Sample]) -> float | None:
-    fused = [s for s in samples if s.fused and s.gma_bytes]
-    if not fused:
-        return None
+def _fit_fractions(spec: Any, samples: Sequence[Sample]) -> dict[str, float]:
+    """The weight-read factor of each storage dtype with fused records that have counters."""
+    out: dict[str, float] = {}
+    for dtype, name in L2_FRACTION_FIELDS.items():
+        fused = [s for s in samples if s.fused and s.gma_bytes and (s.dtype == "fp16") == (dtype == "fp16")]
+        if not fused:
+            continue
 
-    def err(f: float) -> float:
-        sp = apply_measured(spec, {L2_FRACTION_FIELD: f})
-        return _ape([predict(sp, s)[1] for s in fused], [s.gma_bytes for s in fused])
+        def err(f: float, name: str = name, fused: list[Sample] = fused) -> float:
+            sp = apply_measured(spec, {name: f})
+            return _ape([predict(sp, s)[1] for s in fused], [s.gma_bytes for s in fused])
 
-    return min(FRACTIONS, key=err)
+        out[name] = min(FRACTIONS, key=err)
+    return out
 
 
 def decision_pairs(samples: Sequence[Sample]) -> list[tuple[int, int]]:
@@ -295,9 +300,7 @@ def fit_spec(spec: Any, samples: Sequence[Sample], max_iter: int = 400) -> Fit:
     if not samples:
         raise FusePlannerError("no correctly measured records to fit")
     values: dict[str, float] = {}
-    frac = _fit_fraction(spec, samples)
-    if frac is not None:
-        values[L2_FRACTION_FIELD] = frac
+    values.update(_fit_fractions(spec, samples))
     names = _rate_fields(samples)
     start = apply_measured(spec, values)
     loss = _time_loss(start, names, samples)

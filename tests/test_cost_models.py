@@ -14,7 +14,7 @@ Blocks: dw_pw on the H100 splits each output tile's channel chunks over a cluste
 (tiles.cluster_split: the largest power of two <= min(8, chunks) keeping blocks x KS <= 2 x 132).
 L1 filtering of fused kernels: of a fused kernel's per-block weight reads Wr only keep =
 max(0.3 Wr, min(Wu, Wr)) reach L2 (Wu = its distinct weight + bias sectors, 0.3 = the H100's
-fused_weight_l2_fraction), and read = activation reads + keep, rounded up to whole sectors.
+fused_weight_l2_fraction and _fp16), and read = activation reads + keep, rounded up to whole sectors.
 """
 
 from __future__ import annotations
@@ -25,13 +25,15 @@ import pytest
 from opfactory import dw, linear, pw
 
 from fuseplanner.cost import compulsory, estimate, estimate_op
+from fuseplanner.cost.traffic import plane_windows_sectors
 from fuseplanner.errors import PlanError
 from fuseplanner.ir import Cost, Tile
 from fuseplanner.specs import GpuSpec, gpu
 
-#: The H100 with its fused-kernel L1 fraction pinned at 0.3 (the value of the hand arithmetic below), so
+#: The H100 with its fused-kernel weight-read factors (fp32 and fp16) pinned at 0.3 (the value of the hand arithmetic below), so
 #: that a refit of the bundled kernel fields does not move the traffic cases.
-H100 = GpuSpec.model_validate({**gpu("h100").model_dump(), "fused_weight_l2_fraction": 0.3})
+H100 = GpuSpec.model_validate({**gpu("h100").model_dump(), "fused_weight_l2_fraction": 0.3,
+                               "fused_weight_l2_fraction_fp16": 0.3})
 #: The H100 with pinned timing numbers, so that the hand-computed times below do not move when the
 #: bundled spec is recalibrated: datasheet L2 bandwidth (10 TB/s), launch overhead (2.1 us) and FP32
 #: peak (66.9 TFLOP/s), DRAM at BACKGROUND section 4's 2.94 TB/s, and fixed kernel rates.
@@ -86,16 +88,29 @@ def test_dw_fp16_stride2():
 
 def test_dw_unaligned_batch2_residual():
     c = estimate("dw", (dw(16, 12, 12),), Tile(4, 4, 16, 16, 256), "fp32", 2, H100, residual=True)
-    # 3 x 3 tiles; window 6 x 6; rows [0,5)=5, [3,9)=6, [7,12)=5 -> 16
-    # cols, pitch 48 B -> g = 16, phases {p, p+16}:
-    #   x 0..4 (20 B, p 0/16): 1 and 2 sectors -> 1.5;  x 3..8 (24 B, p 12/28): 2 and 2 -> 2;
-    #   x 7..11 (20 B, p 12/28): 1 and 2 -> 1.5   => 5 per row; per plane 16 * 5 = 80; 16 planes = 1,280
+    # 3 x 3 tiles; windows rows/cols [0,5), [3,9), [7,12); rows of 48 B are narrower than a segment
+    # gap + sector ((12 - 6) x 4 = 24 B < 32), so a window's rows share sectors and count once each.
+    # The plane (576 B) starts at phase 0; row y starts at byte 48y. Window rows 0-4, cols 3..8
+    # (bytes 12..35 of a row): [12,36) [60,84) [108,132) [156,180) [204,228) -> sectors {0,1} {1,2}
+    # {3,4} {4,5} {6,7} = 8 distinct (10 per row segment). All nine windows, distinct sectors:
+    #   rows [0,5): 7, 8, 8;  rows [3,9): 9, 10, 9;  rows [7,12): 8, 8, 7  -> 74 per plane; 16 planes = 1,184
     # weights 576 B = 18 + bias 64 B = 2 -> 20 x 9 tiles = 180
     # output rows: 3 segments of 16 B at x 0, 4, 8 (phases 0/16) -> 1 each -> 3; 16 * 12 * 3 = 576
-    # read per image = 1,280 + 180 + 576 (residual) = 2,036; x2 = 4,072 sectors = 130,304 B
+    # read per image = 1,184 + 180 + 576 (residual) = 1,940; x2 = 3,880 sectors = 124,160 B
     # write = 2 * 576 = 1,152 sectors = 36,864 B
     # DRAM: input 2*16*144*4 = 18,432 + 640 weights + residual 18,432 = 37,504 B
-    check(c, 130_304, 36_864, 37_504, 2 * 2 * 9 * 16 * 144, 0, 18)
+    check(c, 124_160, 36_864, 37_504, 2 * 2 * 9 * 16 * 144, 0, 18)
+
+
+def test_plane_windows_share_sectors_of_narrow_rows():
+    # 8 x 8 fp16 plane (rows of 16 B, plane 128 B: phase 0), 3x3 windows of 4 x 8 outputs: rows [0,5)
+    # and [3,8), all 8 columns (window [-1,9) clipped). Distinct: rows 0-4 are bytes 0..79 -> sectors
+    # 0-2 = 3; rows 3-7 bytes 48..127 -> 1-3 = 3; 6 in all. Requested: 10 row segments of 16 B at
+    # pitch 16 (phases 0/16) -> 1 sector each = 10.
+    assert plane_windows_sectors(8, 8, 1, 1, 6, 10, 4, 8, 2, 1, 2, 128) == (6.0, 10.0)
+    # rows of 256 B (64 fp32) with 6-column windows: 232 B between segments, nothing shared ->
+    # distinct = requested = 4 rows x 1 window x (24 B at phase 0 -> 1 sector) = 4
+    assert plane_windows_sectors(4, 64, 0, 0, 4, 6, 4, 64, 1, 1, 4, 1024) == (4.0, 4.0)
 
 
 # ---------------------------------------------------------------- pw / linear
@@ -175,12 +190,14 @@ def test_pw_dw_fp32():
 
 def test_pw_dw_fp16():
     c = estimate("pw_dw", PW_DW, Tile(4, 8, 16, 8, 128), "fp16", 1, H100)
-    # input rows 16 B at pitch 16 (phases 0/16) -> 1: 10 x 8 = 80 (as in fp32: half-full sectors)
+    # input: 8-column fp16 rows are 16 B, so a window's rows are contiguous and share sectors (planes of
+    #   128 B start at phase 0): rows [0,5) are bytes 0..79 -> sectors 0-2 = 3, rows [3,8) bytes 48..127
+    #   -> 1-3 = 3; 6 per plane x 8 planes = 48 (fp32: 10 rows x 1 sector of 32 B = 10 per plane)
     # weights per tile: PW packed fp16, rows of 16 x 2 = 32 B aligned -> 8 rows = 8 + bias 2, DW fp32
     #   18 + bias 2 -> 30 x 2 = Wr 60; Wu = 30 -> keep = max(0.3 x 60 = 18, min(30, 60)) = 30
-    # read 80 + 30 = 110 = 3,520 B; write 128 = 4,096 B
+    # read 48 + 30 = 78 = 2,496 B; write 128 = 4,096 B
     # DRAM input 1,024 + PW fp16 256 + bias 64 + DW 576 + 64 = 1,984
-    check(c, 3_520, 4_096, 1_984, 34_816, 4_096, 2)
+    check(c, 2_496, 4_096, 1_984, 34_816, 4_096, 2)
 
 
 def test_pw_dw_batch2():
@@ -211,16 +228,17 @@ def test_dw_pw_two_filter_tiles():
 
 def test_dw_pw_fp16_packed_weights():
     c = estimate("dw_pw", DW_PW, Tile(4, 8, 16, 8, 128), "fp16", 1, H100)
-    # input: 8-column fp16 rows are 16 B at pitch 16 (phase 0 or 16): 1 sector; windows clipped to
-    #   rows [0,5) and [3,8) = 10 rows -> 10 per plane; 16 planes x nf 2 = 320
+    # input: 8-column fp16 rows are 16 B, so the rows of a window (clipped to rows [0,5) and [3,8), all
+    #   columns) are contiguous: bytes 0..79 and 48..127 of a 128 B plane (phase 0) -> 3 + 3 sectors
+    #   = 6 per plane (not 10 half-full ones); 16 planes x nf 2 = 192
     # DW weights (fp32) per spatial tile as in fp32: nf 2 x (9 + 9 + bias 1 + 1) = 40 -> x nsp 2 = 80
     # PW packed fp16: TFP 16 -> 32 B rows, aligned: 1 sector; nf 2 x C 16 = 32 + bias 2 x 64 B = 4
     #   -> 36 per spatial tile -> 72;  Wr = 80 + 72 = 152
     # Wu = DW 576 B = 18 + bias 2, packed PW 2 x 16 x 32 B = 32 + bias 4 -> 56
-    #   -> keep = max(0.3 x 152 = 45.6, min(56, 152)) = 56; read 320 + 56 = 376 = 12,032 B
+    #   -> keep = max(0.3 x 152 = 45.6, min(56, 152)) = 56; read 192 + 56 = 248 = 7,936 B
     # write: 32 planes x 8 rows x 16 B (1 sector) = 256 = 8,192 B
     # DRAM: input 16 x 64 x 2 = 2,048 + DW 640 + PW 1,024 + bias 128 = 3,840
-    check(c, 12_032, 8_192, 3_840, 83_968, 18_432, 8)
+    check(c, 7_936, 8_192, 3_840, 83_968, 18_432, 8)
     # compulsory: PW weights in fp16 (16 x 32 x 2 = 1,024), DW weights and both biases fp32 (576 + 64 + 128)
     assert compulsory("dw_pw", DW_PW, "fp16", 1)["weights"] == 1_024 + 576 + 64 + 128
 
@@ -294,12 +312,13 @@ def test_pw_dw_pw_residual():
 
 def test_pw_dw_pw_fp16():
     c = estimate("pw_dw_pw", IR, Tile(4, 8, 8, 8, 64), "fp16", 1, H100)
-    # input 8 planes x 10 rows x 16 B (pitch 16) = 80; PW weights packed in fp16, DW weights and all
+    # input 8 planes x (3 + 3) sectors (16 B rows share sectors, as in test_pw_dw_fp16) = 48; PW
+    #   weights packed in fp16, DW weights and all
     #   biases fp32: per tile W1 128 el x 2 B = 256 B = 8 + bias 2, DW 18 + 2, W3 16 rows x 8 x 2 B
     #   = 256 B = 8 + bias 1 -> 39 x 2 = Wr 78; Wu 39 -> keep = max(23.4, 39) = 39
-    #   read 80 + 39 = 119 = 3,808 B
+    #   read 48 + 39 = 87 = 2,784 B
     # DRAM 1,024 + (256 + 64) + (576 + 64) + (256 + 32) = 2,272
-    check(c, 3_808, 2_048, 2_272, 51_200, 4_096, 2)
+    check(c, 2_784, 2_048, 2_272, 51_200, 4_096, 2)
 
 
 def test_pw_dw_pw_batch2():

@@ -83,6 +83,7 @@ def test_fit_moves_only_measurable_fields_and_keeps_them_valid(samples):
     assert set(result.values) <= set(MEASURABLE)
     assert "fuse_min_speedup" in result.values and result.values["fuse_min_speedup"] in fit.THRESHOLDS
     assert "fused_weight_l2_fraction" in result.values  # fused groups with counters are present
+    assert "fused_weight_l2_fraction_fp16" not in result.values  # no fp16 records: left as it was
     for name in fit.EXPONENT_FIELDS:
         if name in result.values:
             assert 0 < result.values[name] <= 1

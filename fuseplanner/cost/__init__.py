@@ -122,7 +122,7 @@ def best_tile(
         key = (tile.th, tile.tw, tile.tf, tile.tc)
         if key != shape:  # tiles that differ only in threads move and compute the same (one Work)
             shape = key
-            w, depth = scheduled(kind, ops, tile, dtype, batch, gpu, l1_filtered(work(tile, batch, residual), hw))
+            w, depth = scheduled(kind, ops, tile, dtype, batch, gpu, l1_filtered(work(tile, batch, residual), hw, dtype == "fp16"))
             gma = whole_bytes(w.gma_read / 32.0) + whole_bytes(w.gma_write / 32.0)
             dram_by_bps.clear()
         if by_gma and best is not None and gma > best[0]:

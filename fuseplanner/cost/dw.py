@@ -62,7 +62,7 @@ class DwModel(KernelModel):
         g, e = self.gs[0], self.e
         hh, ww = halo(g, th, tw)
         nsp = cdiv(g.ho, th) * cdiv(g.wo, tw)
-        return nsp, window_sectors(g, hh, ww, th, tw, e), window_unique(g, hh, ww, th, tw, e), out_plane_sectors(g, tw, e)
+        return nsp, *window_sectors(g, hh, ww, th, tw, e), window_unique(g, hh, ww, th, tw, e), out_plane_sectors(g, tw, e)
 
     def channel(self, tf: int, tc: int) -> tuple:
         g = self.gs[0]
@@ -70,7 +70,7 @@ class DwModel(KernelModel):
 
     def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
         g, e = self.gs[0], self.e
-        nsp, in_plane, in_uniq, out_plane = sp
+        nsp, in_plane, in_req, in_uniq, out_plane = sp
         nf, planes, w_sec = ch
         out = g.co * out_plane
         out_u = tensor_bytes(b * g.out_elems, e)
@@ -90,4 +90,5 @@ class DwModel(KernelModel):
             blocks=nsp * nf * b,
             nf=nf,
             nsp=nsp,
+            l1_hits=32.0 * b * planes * (in_req - in_plane),
         )

@@ -30,7 +30,7 @@ from ..ir import Tile
 from .dw import dw_weight_sectors, dw_weight_unique, halo
 from .pw import input_unique, pw_weight_unique
 from .shapes import Geom
-from .traffic import row_sectors, sectors, span_total
+from .traffic import plane_windows_sectors, row_sectors, sectors, span_total
 from .work import (
     PARAM_BYTES,
     KernelModel,
@@ -47,16 +47,20 @@ from .work import (
 )
 
 
-def expansion_window(gp: Geom, gd: Geom, th: int, tw: int, e: int) -> tuple[float, int, int]:
-    """For a PW feeding a DW: (sectors of one PW-input plane read by all spatial tiles, PW output
-    rows computed, PW output columns computed), halo windows clipped to the map."""
+def expansion_window(gp: Geom, gd: Geom, th: int, tw: int, e: int) -> tuple[float, float, int, int]:
+    """For a PW feeding a DW: (distinct and requested sectors of one PW-input plane read by all
+    spatial tiles, PW output rows computed, PW output columns computed), halo windows clipped to the
+    map (`traffic.plane_windows_sectors`; a strided PW input is counted per row segment)."""
     nh, nw = cdiv(gd.ho, th), cdiv(gd.wo, tw)
     hh, ww = halo(gd, th, tw)
     rows = span_total(gd.h, gd.pt, hh, th * gd.sh, nh)
     cols = span_total(gd.w, gd.pl, ww, tw * gd.sw, nw)
     s = gp.sw
-    col_sec = row_sectors(gp.w, gd.pl * s, (ww - 1) * s + 1, tw * gd.sw * s, nw, e, gp.w * e)
-    return rows * col_sec, rows, cols
+    if s == 1:
+        return *plane_windows_sectors(gp.h, gp.w, gd.pt, gd.pl, hh, ww, th * gd.sh, tw * gd.sw, nh, nw, e,
+                                      gp.h * gp.w * e), rows, cols  # fmt: skip
+    req = rows * row_sectors(gp.w, gd.pl * s, (ww - 1) * s + 1, tw * gd.sw * s, nw, e, gp.w * e)
+    return req, req, rows, cols
 
 
 class FusedModel(KernelModel):
@@ -70,8 +74,9 @@ class FusedModel(KernelModel):
         self.useful = 2.0 * sum(g.macs for g in self.gs)
 
     def assemble(self, b: int, residual: bool, read: float, wread: float, out: float, nf: int, nsp: int,
-                 iters: int, cuda: float, mma: float, in_unique: float) -> Work:  # fmt: skip
-        """Work from per-image sector counts (activation reads, weight reads, output) and FLOPs."""
+                 iters: int, cuda: float, mma: float, in_unique: float, hits: float = 0.0) -> Work:  # fmt: skip
+        """Work from per-image sector counts (activation reads, weight reads, output; `hits`: activation
+        sectors the loads request beyond `read`, served by L1) and FLOPs."""
         e, first, last = self.e, self.first, self.last
         out_u = tensor_bytes(b * last.out_elems, e)
         return Work(
@@ -91,16 +96,17 @@ class FusedModel(KernelModel):
             nf=nf,
             nsp=nsp,
             w_read=32.0 * b * wread,
+            l1_hits=32.0 * b * hits,
         )
 
 
 class PwDwModel(FusedModel):
     def spatial(self, th: int, tw: int) -> tuple:
         gp, gd = self.gs
-        in_plane, rows, cols = expansion_window(gp, gd, th, tw, self.e)
+        in_plane, in_req, rows, cols = expansion_window(gp, gd, th, tw, self.e)
         nsp = cdiv(gd.ho, th) * cdiv(gd.wo, tw)
         pw_done = max(2.0 * gp.c * gp.co * rows * cols, 2.0 * gp.macs)
-        return nsp, gp.c * in_plane, gd.co * out_plane_sectors(gd, tw, self.e), pw_done
+        return nsp, gp.c * in_plane, gd.co * out_plane_sectors(gd, tw, self.e), pw_done, gp.c * (in_req - in_plane)
 
     def channel(self, tf: int, tc: int) -> tuple:
         gp, gd = self.gs
@@ -110,10 +116,10 @@ class PwDwModel(FusedModel):
 
     def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
         gp, gd = self.gs
-        nsp, in_s, out, pw_done = sp
+        nsp, in_s, out, pw_done, hit = sp
         nf, w_sec, iters, w_u = ch
         w = self.assemble(b, residual, nf * in_s, nsp * w_sec, out, nf, nsp, iters,
-                          2.0 * gd.macs, pw_done, input_unique(gp, self.e, b))  # fmt: skip
+                          2.0 * gd.macs, pw_done, input_unique(gp, self.e, b), nf * hit)  # fmt: skip
         return w._replace(w_unique=w_u)
 
 
@@ -144,8 +150,9 @@ class DwPwModel(FusedModel):
         e = self.e
         hh, ww = halo(gd, th, tw)
         nsp = cdiv(gp.ho, th) * cdiv(gp.wo, tw)
-        in_s = gd.c * window_sectors(gd, hh, ww, th, tw, e)
-        return nsp, in_s, gd.c * window_unique(gd, hh, ww, th, tw, e), gp.co * out_plane_sectors(gp, tw, e)
+        in_d, in_r = window_sectors(gd, hh, ww, th, tw, e)
+        return (nsp, gd.c * in_d, gd.c * window_unique(gd, hh, ww, th, tw, e), gp.co * out_plane_sectors(gp, tw, e),
+                gd.c * (in_r - in_d))  # fmt: skip
 
     def channel(self, tf: int, tc: int) -> tuple:
         gd, gp = self.gs
@@ -155,10 +162,10 @@ class DwPwModel(FusedModel):
 
     def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
         gd, gp = self.gs
-        nsp, in_s, in_u, out = sp
+        nsp, in_s, in_u, out, hit = sp
         nf, w_dw, w_pw, iters, w_u = ch
         w = self.assemble(b, residual, nf * in_s, nsp * (nf * w_dw + w_pw), out, nf, nsp, iters,
-                          nf * 2.0 * gd.macs, 2.0 * gp.macs, whole_bytes(b * in_u))  # fmt: skip
+                          nf * 2.0 * gd.macs, 2.0 * gp.macs, whole_bytes(b * in_u), nf * hit)  # fmt: skip
         return w._replace(w_unique=w_u)
 
 
@@ -198,10 +205,10 @@ class PwDwPwModel(FusedModel):
 
     def spatial(self, th: int, tw: int) -> tuple:
         g1, gd, g2 = self.gs
-        in_plane, rows, cols = expansion_window(g1, gd, th, tw, self.e)
+        in_plane, in_req, rows, cols = expansion_window(g1, gd, th, tw, self.e)
         nsp = cdiv(g2.ho, th) * cdiv(g2.wo, tw)
         pw1_done = max(2.0 * g1.c * g1.co * rows * cols, 2.0 * g1.macs)
-        return nsp, g1.c * in_plane, g2.co * out_plane_sectors(g2, tw, self.e), pw1_done
+        return nsp, g1.c * in_plane, g2.co * out_plane_sectors(g2, tw, self.e), pw1_done, g1.c * (in_req - in_plane)
 
     def channel(self, tf: int, tc: int) -> tuple:
         # every block reads all of W1 (packed by tc) and all DW filters and its filter tile of W3
@@ -214,8 +221,9 @@ class PwDwPwModel(FusedModel):
 
     def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
         g1, gd, g2 = self.gs
-        nsp, in_s, out, pw1_done = sp
+        nsp, in_s, out, pw1_done, hit = sp
         nf, w_rep, w3, iters, w_u = ch
         w = self.assemble(b, residual, nf * in_s, nsp * (nf * w_rep + w3), out, nf, nsp, iters,
-                          nf * 2.0 * gd.macs, nf * pw1_done + 2.0 * g2.macs, input_unique(g1, self.e, b))  # fmt: skip
+                          nf * 2.0 * gd.macs, nf * pw1_done + 2.0 * g2.macs, input_unique(g1, self.e, b),
+                          nf * hit)  # fmt: skip
         return w._replace(w_unique=w_u)

@@ -89,16 +89,21 @@ def dram_traffic(w: Work, conc: int, hw: Hw) -> tuple[float, float]:
     return reads + extra, dram_write_bytes(w.out_unique, reads + w.out_unique, cap)
 
 
-def l1_filtered(w: Work, hw: Hw) -> Work:
-    """`w` with a fused kernel's per-block weight re-reads cut to the fraction that reaches L2
-    (`fused_weight_l2_fraction`; measured with Nsight Compute on the H100, most of them hit L1), never
-    below one read of every weight."""
+def l1_filtered(w: Work, hw: Hw, half: bool) -> Work:
+    """`w` with a fused kernel's per-block weight re-reads scaled to what the L2 read counter sees
+    (`fused_weight_l2_fraction`, `_fp16` for fp16 storage; fitted to Nsight Compute counters on the
+    H100), never below one read of every weight; and with the bytes the time model charges the
+    blocks' loads (`req_read`: window rows that share sectors at their requested size, weight
+    re-reads at the fp32 factor whatever the dtype, the share the time fields were fitted with; and
+    `ld_read`, the same without the floor: the floor is a total, not a per-block cost)."""
+    act = w.gma_read - w.w_read + w.l1_hits
     if not w.w_read:
-        return w
-    share = hw.fused_w_l2 * w.w_read
-    keep = max(share, min(w.w_unique, w.w_read))
-    # the blocks wait for their share of the reads; the floor is a total, not a per-block cost
-    return w._replace(gma_read=w.gma_read - w.w_read + keep, w_read=keep, ld_read=w.gma_read - w.w_read + share)
+        return w._replace(req_read=act, ld_read=act)
+    share = hw.fused_w_l2[0] * w.w_read
+    floor = min(w.w_unique, w.w_read)
+    keep = max(hw.fused_w_l2[half] * w.w_read, floor)
+    return w._replace(gma_read=w.gma_read - w.w_read + keep, w_read=keep, req_read=act + max(share, floor),
+                      ld_read=act + share)
 
 
 def scheduled(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, batch: int, gpu: GpuSpec, w: Work) -> tuple[Work, int]:
@@ -132,7 +137,7 @@ def estimate_ours(
     bps, limiter = blocks_per_sm(smem, tile.threads, regs, hw)
     if bps < 1:
         return Cost(feasible=False, reason=f"{kind} {tile}: no block fits on an SM ({limiter})")
-    w, depth = scheduled(kind, ops, tile, dtype, batch, gpu, l1_filtered(km.work(tile, batch, residual), hw))
+    w, depth = scheduled(kind, ops, tile, dtype, batch, gpu, l1_filtered(km.work(tile, batch, residual), hw, dtype == "fp16"))
     conc = hw.sm_count * bps
     dram_r, dram_w = dram_traffic(w, conc, hw)
     rates = warp_rates(kind, dtype, precision, hw)

@@ -84,7 +84,7 @@ def kernel_time(w: Work, dram_bytes: float, bps: int, threads: int, hw: Hw, mma:
     sms = hw.sm_count
     full, rest = divmod(w.blocks, sms * bps)
     nb = float(w.blocks)
-    mem_blk = max((w.gma_read + w.gma_write) / hw.l2_bw, dram_bytes / hw.dram_bw) / nb
+    mem_blk = max(((w.req_read or w.gma_read) + w.gma_write) / hw.l2_bw, dram_bytes / hw.dram_bw) / nb
     c_blk = (w.cuda_flops / hw.fp32 + w.mma_flops / mma) * sms / nb
     warps = (-(-threads // hw.warp_size)) ** rates[2]
     t_own = (w.cuda_flops / rates[0] + w.mma_flops / rates[1]) / (nb * warps)

@@ -9,6 +9,12 @@ their neighbours, therefore cost more than the tensor's size: BACKGROUND section
 input for a 144x56x56 fp32 3x3 depthwise conv with 16x16 tiles, which `window_sectors` reproduces
 (116,064 input sectors + weights vs 118,897 measured).
 
+Narrow rows: when the bytes between a window's row segments, (W - ww) * e, are fewer than a sector,
+consecutive rows of one window share sectors; the block's loads of a shared sector after the first
+hit its SM's L1 (or merge in one warp request), so L2 sees the distinct sectors of the window
+(`plane_windows_sectors`). Nsight Compute on the H100 (scripts/probe_reads.sh): a 7x7 fp16 DW layer with
+2x4 tiles looks up 30,300 L1 sectors of which 26,520 miss, against 40,020 per-row-segment sectors.
+
 Row phases: a row y of plane c starts at byte (c*H*W + y*W)*e. Over all rows and planes those start
 phases (mod 32) are spread evenly over the multiples of g = gcd(W*e, 32), so the sector count of a
 segment is averaged over that set of phases (exact when W*e is a multiple of 32; an average over
@@ -104,6 +110,47 @@ def row_union_sectors(n: int, pad: int, win: int, step: int, ntiles: int, e: int
     lo = max(0, -pad)
     hi = min(n, (ntiles - 1) * step - pad + win)
     return row_sectors(n, -lo, hi - lo, hi - lo, 1, e, pitch, sector) if hi > lo else 0.0
+
+
+def _union_rows(p: int, y0: int, rows: int, x0: int, x1: int, pitch: int, e: int, sector: int) -> int:
+    """Distinct sectors of rows y0 .. y0+rows of a plane starting at byte phase p, each row's columns
+    [x0, x1) (row segments are increasing in address, so only neighbours can share a sector)."""
+    total, last = 0, -1
+    for y in range(y0, y0 + rows):
+        a = (p + y * pitch + x0 * e) // sector
+        b = (p + y * pitch + x1 * e - 1) // sector
+        total += b - a + 1 - (last - a + 1 if last >= a else 0)
+        last = b
+    return total
+
+
+@lru_cache(maxsize=65536)
+def plane_windows_sectors(h: int, w: int, pt: int, pl: int, hh: int, ww: int, sh: int, sw: int, nh: int, nw: int,
+                          e: int, plane: int, sector: int = SECTOR) -> tuple[float, float]:  # fmt: skip
+    """(distinct, requested) sectors of one H x W plane (row pitch W*e, planes `plane` bytes apart) read
+    by nh x nw windows of hh x ww elements starting at (i*sh - pt, j*sw - pl), clipped to the plane:
+    each window's rows counted once per distinct sector (what reaches L2, `Narrow rows` above) and
+    once per row segment (what the block's loads request), averaged over the plane start phases."""
+    pitch = w * e
+    rows_of = [(max(0, i * sh - pt), min(h, i * sh - pt + hh)) for i in range(nh)]
+    cols_of = [(max(0, j * sw - pl), min(w, j * sw - pl + ww)) for j in range(nw)]
+    narrow = any(hi > lo and (w - (hi - lo)) * e < sector for lo, hi in cols_of)
+    rows = sum(max(0, hi - lo) for lo, hi in rows_of)
+    requested = rows * row_sectors(w, pl, ww, sw, nw, e, pitch, sector)
+    if not narrow or all(hi - lo <= 1 for lo, hi in rows_of):
+        return requested, requested
+    g = gcd(plane, sector) if plane else sector
+    if sector % g:
+        g = 1
+    phases = range(0, sector, g)
+    total = 0
+    for y0, y1 in rows_of:
+        if y1 <= y0:
+            continue
+        for x0, x1 in cols_of:
+            if x1 > x0:
+                total += sum(_union_rows(p, y0, y1 - y0, x0, x1, pitch, e, sector) for p in phases)
+    return total / len(phases), requested
 
 
 def miss_fraction(footprint: float, capacity: float) -> float:

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from ..ir import Tile
 from .shapes import Geom
-from .traffic import row_sectors, row_union_sectors, sectors, span_total, span_union
+from .traffic import plane_windows_sectors, row_sectors, row_union_sectors, sectors, span_union
 
 #: Bytes per element of the parameters that every kernel keeps in fp32 whatever the storage dtype:
 #: biases (all kernels), and the weights of the dw kernel and of every fused kernel (their products
@@ -48,7 +48,9 @@ class Work(NamedTuple):
     nf: int  # filter tiles
     nsp: int  # spatial tiles per image
     w_read: float = 0.0  # the part of gma_read that is per-block weight reads of a fused kernel
-    ld_read: float = 0.0  # L2-level bytes the blocks' loads wait for, when not gma_read (see model.l1_filtered)
+    l1_hits: float = 0.0  # bytes the blocks' loads request beyond gma_read: window rows sharing sectors (L1 serves them)
+    req_read: float = 0.0  # bytes the time model charges the loads (set by model.l1_filtered)
+    ld_read: float = 0.0  # the same, per block (without the one-read-of-every-weight floor)
 
 
 class KernelModel:
@@ -108,12 +110,12 @@ def block_split_sectors(n: int, part: int, e: int) -> float:
     return row_sectors(n, 0, part, part, cdiv(n, part), e, 0)
 
 
-def window_sectors(g: Geom, hh: int, ww: int, th: int, tw: int, e: int) -> float:
-    """Sectors of one input plane when every spatial tile reads its hh x ww window (halo included),
-    for a DW-like access (windows of contiguous rows and columns, padding clipped)."""
+def window_sectors(g: Geom, hh: int, ww: int, th: int, tw: int, e: int) -> tuple[float, float]:
+    """(distinct, requested) sectors of one input plane when every spatial tile reads its hh x ww
+    window (halo included), for a DW-like access (windows of contiguous rows and columns, padding
+    clipped; rows narrower than a sector share sectors, `traffic.plane_windows_sectors`)."""
     nh, nw = cdiv(g.ho, th), cdiv(g.wo, tw)
-    rows = span_total(g.h, g.pt, hh, th * g.sh, nh)
-    return rows * row_sectors(g.w, g.pl, ww, tw * g.sw, nw, e, g.w * e)
+    return plane_windows_sectors(g.h, g.w, g.pt, g.pl, hh, ww, th * g.sh, tw * g.sw, nh, nw, e, g.h * g.w * e)
 
 
 def window_unique(g: Geom, hh: int, ww: int, th: int, tw: int, e: int) -> float:

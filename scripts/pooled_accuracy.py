@@ -1,0 +1,71 @@
+"""Accuracy of a GPU spec over saved validation runs, per run and pooled (no GPU needed).
+
+Each run's `ours` predictions and fuse decisions are recomputed with the spec (as `fuseplanner
+validate --from-results --repredict` does); the measurements are the recorded ones.
+
+    python3 scripts/pooled_accuracy.py --gpu h100 docs/validation/ring-2026-11-23/*/results.json
+
+Prints a markdown table: median / 90th-percentile absolute percentage error of GMA, DRAM and time,
+and the fuse decisions agreeing with measurement, per run and over all records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fuseplanner import fit, report, specs  # noqa: E402
+
+
+def apes(records, metric: str) -> list[float]:
+    """Absolute percentage errors of `ours` for one metric (gma, dram, time) over measured records."""
+    key = {"gma": "gma_bytes", "dram": "dram_bytes", "time": "time_s"}[metric]
+    mkey = {"gma": "gma_bytes", "dram": "dram_bytes", "time": "time_cold_s"}[metric]
+    out = []
+    for r in records:
+        p, m = ((r.get("predicted") or {}).get("ours") or {}).get(key), (r.get("measured") or {}).get(mkey)
+        if p is not None and m and (metric == "time" or (r.get("measured") or {}).get("traffic") == "ncu"):
+            out.append(abs(p - m) / m * 100)
+    return out
+
+
+def cell(v: list[float]) -> str:
+    return f"{np.median(v):.1f} / {np.percentile(v, 90):.1f}" if v else "-"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpu", default="h100", help="spec name or TOML path")
+    ap.add_argument("results", nargs="+", help="results.json files of validation runs")
+    args = ap.parse_args(argv)
+    spec = specs.gpu(args.gpu)
+    pooled: dict[str, list[float]] = {"gma": [], "dram": [], "time": []}
+    agree = total = 0
+    print("| run | n | GMA | DRAM | time | fuse decisions |")
+    print("|---|---:|---|---|---|---|")
+    for path in args.results:
+        data = fit.repredict(report.load_results(path), spec)
+        per = {m: apes(data["records"], m) for m in pooled}
+        fuse = report.decisions(data)["groups"].values()
+        ok = sum(1 for g in fuse if g["fuse_agrees"])
+        n = len(fuse)
+        agree, total = agree + ok, total + n
+        for m in pooled:
+            pooled[m] += per[m]
+        meta = data["meta"]
+        name = f"{meta['model']} {meta['dtype']} b{meta['batch']}"
+        print(f"| {name} | {len(per['time'])} | {cell(per['gma'])} | {cell(per['dram'])} | {cell(per['time'])} "
+              f"| {ok} of {n} |")
+    pct = f" ({100 * agree / total:.1f}%)" if total else ""
+    print(f"| all | {len(pooled['time'])} | {cell(pooled['gma'])} | {cell(pooled['dram'])} | {cell(pooled['time'])} "
+          f"| {agree} of {total}{pct} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
