@@ -39,6 +39,8 @@ CASES = {
     "se672": ("pw_pw", (conv("a", "pw", 672, 168, 1, 1, act="relu"), conv("b", "pw", 168, 672, 1, 1)), False),
     # a layer-by-layer DW at 7x7
     "dw7": ("dw", (conv("d", "dw", 960, 960, 7, 7, 3),), False),
+    # MobileNetV2's 16 -> 96 expansion at 112x112 (write-heavy: output 6x the input)
+    "pw112": ("pw", (conv("e", "pw", 16, 96, 112, 112),), False),
     # the expansion + DW of MobileNetV2 block 7 (14x14)
     "pwdw14": ("pw_dw", (conv("e", "pw", 64, 384, 14, 14), conv("d", "dw", 384, 384, 14, 14, 3)), False),
 }
@@ -53,6 +55,7 @@ DEFAULT = [
     *(f"dw7:{dt}:2x4/f8/c8/t64" for dt in ("fp16", "fp32")),
     *(f"dw7:{dt}:7x4/f16/c16/t64" for dt in ("fp16", "fp32")),
     *(f"pwdw14:{dt}:4x4/f32/c64/t128" for dt in ("fp16", "fp32")),
+    *(f"pw112:{dt}:4x16/f96/c16/t256" for dt in ("fp16", "fp32")),
 ]
 
 
@@ -115,15 +118,17 @@ def report(folder: Path, gpu_name: str) -> None:
     from fuseplanner.specs import gpu
 
     spec = gpu(gpu_name)
-    print("| config | model | " + " | ".join(COLUMNS.values()) + " | L2 read / model |")
-    print("|---|---:|" + "---:|" * (len(COLUMNS) + 1))
+    print("| config | model | " + " | ".join(COLUMNS.values()) + " | L2 read / model | model write | L2 write |")
+    print("|---|---:|" + "---:|" * (len(COLUMNS) + 3))
     for cfg, m in counters(folder):
         name, dtype, tile_s = cfg.split(":")
         kind, ops, residual = CASES[name]
-        pred = estimate(kind, ops, parse_tile(tile_s), dtype, 1, spec, residual=residual).gma_read_bytes / 32
+        cost = estimate(kind, ops, parse_tile(tile_s), dtype, 1, spec, residual=residual)
+        pred = cost.gma_read_bytes / 32
         cells = " | ".join(f"{m.get(k, float('nan')):,.0f}" for k in COLUMNS)
         ratio = m["lts__t_sectors_srcunit_tex_op_read.sum"] / pred
-        print(f"| {cfg} | {pred:,.0f} | {cells} | {ratio:.2f} |")
+        wr = m.get("lts__t_sectors_srcunit_tex_op_write.sum", float("nan"))
+        print(f"| {cfg} | {pred:,.0f} | {cells} | {ratio:.2f} | {cost.gma_write_bytes / 32:,.0f} | {wr:,.0f} |")
 
 
 def main(argv=None) -> int:

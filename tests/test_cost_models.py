@@ -20,6 +20,7 @@ fused_weight_l2_fraction and _fp16), and read = activation reads + keep, rounded
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from opfactory import dw, linear, pw
@@ -133,6 +134,28 @@ def test_pw_fp16_stride2():
     # write 32 x 4 rows x 8 B (pitch 8, any phase) -> 1 each = 128 = 4,096 B
     # DRAM: the strided rows 0,2,4,6 touch all 4 sectors of each 128 B plane: 2,048 + 1,024 + 128 = 3,200
     check(c, 3_200, 4_096, 3_200, 2 * 16 * 32 * 16, 0, 1)
+
+
+def test_pw_whole_map_writes_channel_runs():
+    # a squeeze-excite-like PW on a 1x1 map, fp16, batch 2, tile 1x1/f64/c32: one tile covers the map,
+    # so a filter tile's output planes are one contiguous run, not a sector each
+    c = estimate("pw", (pw(24, 128, 1, 1),), Tile(1, 1, 64, 32, 64), "fp16", 2, H100)
+    # input: 24 planes of one 2 B pixel, a sector each (per-plane count) x nf 2 = 48
+    # weights: tc 32 >= C 24, so each filter tile's 64 rows are one run of 64 x 24 x 2 = 3,072 B = 96
+    #   -> 192; bias (bn) 2 x 64 x 4 B = 2 x 8 = 16 -> 208 per image (one spatial tile)
+    # output: 2 runs of 64 x 2 = 128 B = 4 -> 8 per image (it was 128, one per plane)
+    # read (48 + 208) x 2 = 512 sectors = 16,384 B; write 8 x 2 = 16 sectors = 512 B
+    assert (c.gma_read_bytes, c.gma_write_bytes) == (16_384, 512)
+
+
+def test_2d_gemm_runs_once_whatever_the_batch():
+    # a Gemm over a (rows, C) matrix: its rows already are the batch (the kernel runs one sequence of
+    # 8 tokens), so batch 8 must not multiply it again
+    g = replace(linear(8, 64, 32), input_shapes=((8, 64),), output_shapes=((8, 32),))
+    t = Tile(4, 1, 16, 16, 64)
+    one, eight = estimate("linear", (g,), t, "fp32", 1, H100), estimate("linear", (g,), t, "fp32", 8, H100)
+    assert one.feasible and (eight.gma_bytes, eight.time_s, eight.flops) == (one.gma_bytes, one.time_s, one.flops)
+    assert compulsory("linear", (g,), "fp32", 8) == compulsory("linear", (g,), "fp32", 1)
 
 
 def test_pw_fp16_batch2():

@@ -26,7 +26,13 @@ from .work import PARAM_BYTES, whole_bytes
 KINDS = tuple(MEMBERS)
 MODELS = ("ours", "paper")
 
-__all__ = ["KINDS", "MODELS", "best_tile", "compulsory", "estimate", "estimate_op"]
+__all__ = ["KINDS", "MODELS", "best_tile", "compulsory", "estimate", "estimate_op", "launch_batch"]
+
+
+def launch_batch(ops: Sequence[Op], batch: int) -> int:
+    """Sequences one launch runs: `batch`, except for a 2-D Gemm/MatMul (linear over a (rows, C)
+    matrix), whose rows already are the batch (its tokens), so that it runs once whatever `batch`."""
+    return 1 if ops and ops[0].kind == "linear" and len(ops[0].in_shape) < 3 else batch
 
 
 def estimate(
@@ -51,6 +57,7 @@ def estimate(
     spec = gpu if isinstance(gpu, GpuSpec) else _gpu(gpu)
     if batch < 1:
         raise PlanError(f"batch must be at least 1, got {batch}")
+    batch = launch_batch(ops, batch)
     if model == "ours":
         return estimate_ours(kind, ops, tile, dtype, batch, spec, residual, precision)
     if model == "paper":
@@ -96,6 +103,7 @@ def best_tile(
         raise PlanError(f"unknown precision {precision!r}: use fp32 or tf32")
     if batch < 1:
         raise PlanError(f"batch must be at least 1, got {batch}")
+    batch = launch_batch(ops, batch)
     km = context(kind, tuple(ops), dtype)
     work = km.work
     hw = gpu.hw
@@ -180,6 +188,7 @@ def estimate_op(op: Op, dtype: str, batch: int, gpu: GpuSpec | str, *, precision
     if op.op_type in VIEW_OPS:
         return Cost()
     if op.kind in ("dw", "pw", "linear"):
+        batch = launch_batch((op,), batch)
         best: Cost | None = None
         for t in tiles.candidates(op.kind, (op,), dtype, spec):
             c = estimate_ours(op.kind, (op,), t, dtype, batch, spec, "add" in op.epilogue, precision)
@@ -204,6 +213,7 @@ def compulsory(kind: str, ops: Sequence[Op], dtype: str, batch: int, residual: b
     intermediate tensors of a fused kind are not included."""
     km = context(kind, tuple(ops), dtype)
     gs, e = km.gs, km.e
+    batch = launch_batch(ops, batch)
     first, last = gs[0], gs[-1]
     if first.tokens_major:
         need = first.h * first.c

@@ -30,8 +30,8 @@ from .work import (
 
 def pw_weight_sectors(g: Geom, tf: int, tc: int, we: int) -> float:
     """Sectors of all filter tiles reading their weight rows (`we` bytes each) in tc chunks, plus
-    their fp32 biases."""
-    s = matrix_chunk_sectors(g.co, g.c, tc, we)
+    their fp32 biases. A chunk of whole rows (tc >= C) makes a filter tile's rows one contiguous run."""
+    s = block_split_sectors(g.co * g.c, tf * g.c, we) if tc >= g.c else matrix_chunk_sectors(g.co, g.c, tc, we)
     return s + block_split_sectors(g.co, tf, PARAM_BYTES) if g.bias else s
 
 
@@ -74,6 +74,11 @@ class PwModel(KernelModel):
         g, e = self.gs[0], self.e
         nsp, in_s, out_s = sp
         nf, w_sec, in_c, out_c = ch
+        if nsp == 1 and not g.tokens_major and g.sh == g.sw == 1:
+            # one tile covers the map: a filter tile's tf output planes are one contiguous run (a 1x1
+            # squeeze-excite map writes whole channel runs, not one sector per channel). Its reads keep
+            # the per-plane count, which fitted the batch-1 counters better (docs/validation.md)
+            out_s = block_split_sectors(g.co * g.h * g.w, tile.tf * g.h * g.w, e)
         in_r = nf * (in_s + in_c)
         out = out_s + out_c
         out_u = tensor_bytes(b * g.out_elems, e)
