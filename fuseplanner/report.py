@@ -157,14 +157,21 @@ def decisions(results: Mapping) -> dict[str, Any]:
             entry["planned_tile_s"] = t_planned
             entry["tile_is_best"] = t_planned <= t_fused
             entry["tile_agrees"] = t_planned <= TILE_SLACK * t_fused
+        # what the plan's choice (fuse at the planned tile, or not) costs over the best measured option
+        chosen = (planned[0]["measured"]["time_cold_s"] if planned else t_fused) if entry["planner_fused"] else t_unfused
+        entry["chosen_s"], entry["best_s"] = chosen, min(t_fused, t_unfused)
         per[g] = entry
 
     def rate(key: str) -> dict[str, float | int | None]:
         vals = [e[key] for e in per.values() if key in e]
         return {"n": len(vals), "percent": 100.0 * sum(vals) / len(vals) if vals else None}
 
+    chosen = sum(e["chosen_s"] for e in per.values())
+    best = sum(e["best_s"] for e in per.values())
+    regret = {"n": len(per), "over_5pct": sum(1 for e in per.values() if e["chosen_s"] > 1.05 * e["best_s"]),
+              "time_lost_percent": 100.0 * (chosen - best) / best if best else None}
     return {"groups": per, "fuse": rate("fuse_agrees"), "tile": rate("tile_agrees"),
-            "tile_exact": rate("tile_is_best")}
+            "tile_exact": rate("tile_is_best"), "regret": regret}
 
 
 def models_of(results: Mapping) -> list[str]:
@@ -478,6 +485,11 @@ def _decision_lines(summary: Mapping) -> list[str]:
         f"{_pct(d['tile']['percent'])} of {d['tile']['n']} groups; exactly the best: "
         f"{_pct(d['tile_exact']['percent'])}.",
     ]
+    rg = d.get("regret")
+    if rg and rg["n"]:
+        lines.append(f"- What the plan's choices cost (fuse or not, and the planned tile, against the best measured "
+                     f"option of each group): {_pct(rg['time_lost_percent'])} more time over the {rg['n']} groups; "
+                     f"{rg['over_5pct']} groups lose more than 5%.")
     rk = summary["rank"]
     lines.append(f"- Spearman rank correlation of predicted vs measured time across each group's tiles: "
                  f"median {_num(rk['median_ours'])} (ours, predicted time), {_num(rk['median_paper'])} "

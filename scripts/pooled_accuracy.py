@@ -6,7 +6,8 @@ validate --from-results --repredict` does); the measurements are the recorded on
     python3 scripts/pooled_accuracy.py --gpu h100 docs/validation/ring-2026-11-23/*/results.json
 
 Prints a markdown table: median / 90th-percentile absolute percentage error of GMA, DRAM and time,
-and the fuse decisions agreeing with measurement, per run and over all records.
+the fuse decisions agreeing with measurement, and what the plan's choices (fuse or not, planned tile)
+cost over the best measured option of each group, per run and over all records.
 """
 
 from __future__ import annotations
@@ -45,25 +46,33 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     spec = specs.gpu(args.gpu)
     pooled: dict[str, list[float]] = {"gma": [], "dram": [], "time": []}
-    agree = total = 0
-    print("| run | n | GMA | DRAM | time | fuse decisions |")
-    print("|---|---:|---|---|---|---|")
+    agree = total = lost5 = 0
+    chosen = best = 0.0
+    print("| run | n | GMA | DRAM | time | fuse decisions | plan's extra time (groups > 5%) |")
+    print("|---|---:|---|---|---|---|---|")
     for path in args.results:
         data = fit.repredict(report.load_results(path), spec)
         per = {m: apes(data["records"], m) for m in pooled}
-        fuse = report.decisions(data)["groups"].values()
+        dec = report.decisions(data)
+        fuse = dec["groups"].values()
         ok = sum(1 for g in fuse if g["fuse_agrees"])
         n = len(fuse)
         agree, total = agree + ok, total + n
+        chosen += sum(g["chosen_s"] for g in fuse)
+        best += sum(g["best_s"] for g in fuse)
+        lost5 += dec["regret"]["over_5pct"]
+        rg = dec["regret"]
+        lost = f"{rg['time_lost_percent']:.1f}% ({rg['over_5pct']})" if rg["n"] else "-"
         for m in pooled:
             pooled[m] += per[m]
         meta = data["meta"]
         name = f"{meta['model']} {meta['dtype']} b{meta['batch']}"
         print(f"| {name} | {len(per['time'])} | {cell(per['gma'])} | {cell(per['dram'])} | {cell(per['time'])} "
-              f"| {ok} of {n} |")
+              f"| {ok} of {n} | {lost} |")
     pct = f" ({100 * agree / total:.1f}%)" if total else ""
+    lost = f"{100 * (chosen - best) / best:.1f}% ({lost5})" if best else "-"
     print(f"| all | {len(pooled['time'])} | {cell(pooled['gma'])} | {cell(pooled['dram'])} | {cell(pooled['time'])} "
-          f"| {agree} of {total}{pct} |")
+          f"| {agree} of {total}{pct} | {lost} |")
     return 0
 
 

@@ -78,6 +78,10 @@ def test_decisions(summary):
     assert "tile_agrees" not in d["groups"]["g1"]
     assert d["fuse"] == {"n": 2, "percent": 50.0}
     assert d["tile"] == {"n": 1, "percent": 100.0}
+    # regret: g0 chose its planned tile (10 us, the best of 10 vs 20); g1 chose fused 30 us over
+    # unfused 25 us: (10 + 30) - (10 + 25) = 5 us lost over 35 us = 14.29%; one group loses > 5%
+    assert d["regret"]["n"] == 2 and d["regret"]["over_5pct"] == 1
+    assert d["regret"]["time_lost_percent"] == pytest.approx(100 * 5 / 35)
 
 
 def test_tile_slack():
