@@ -227,7 +227,7 @@ def _fit_fractions(spec: Any, samples: Sequence[Sample]) -> dict[str, float]:
     """The weight-read factor of each storage dtype with fused records that have counters."""
     out: dict[str, float] = {}
     for dtype, name in L2_FRACTION_FIELDS.items():
-        fused = [s for s in samples if s.fused and s.gma_bytes and (s.dtype == "fp16") == (dtype == "fp16")]
+        fused = [s for s in samples if s.fused and s.gma_bytes and s.dtype == dtype]
         if not fused:
             continue
 

@@ -16,8 +16,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fuseplanner import fit, report, specs  # noqa: E402
@@ -25,18 +23,12 @@ from fuseplanner import fit, report, specs  # noqa: E402
 
 def apes(records, metric: str) -> list[float]:
     """Absolute percentage errors of `ours` for one metric (gma, dram, time) over measured records."""
-    key = {"gma": "gma_bytes", "dram": "dram_bytes", "time": "time_s"}[metric]
-    mkey = {"gma": "gma_bytes", "dram": "dram_bytes", "time": "time_cold_s"}[metric]
-    out = []
-    for r in records:
-        p, m = ((r.get("predicted") or {}).get("ours") or {}).get(key), (r.get("measured") or {}).get(mkey)
-        if p is not None and m and (metric == "time" or (r.get("measured") or {}).get("traffic") == "ncu"):
-            out.append(abs(p - m) / m * 100)
-    return out
+    return [report.ape(p, m) for p, m in report.pairs(records, "ours", metric)]
 
 
 def cell(v: list[float]) -> str:
-    return f"{np.median(v):.1f} / {np.percentile(v, 90):.1f}" if v else "-"
+    e = report.error_summary(v)
+    return f"{e['median']:.1f} / {e['p90']:.1f}" if e["n"] else "-"
 
 
 def main(argv=None) -> int:
