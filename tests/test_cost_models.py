@@ -26,7 +26,8 @@ import pytest
 from opfactory import dw, linear, pw
 
 from fuseplanner.cost import compulsory, estimate, estimate_op
-from fuseplanner.cost.traffic import plane_windows_sectors
+from fuseplanner.cost import model as cost_model
+from fuseplanner.cost.traffic import coresident_share, plane_windows_sectors
 from fuseplanner.errors import PlanError
 from fuseplanner.ir import Cost, Tile
 from fuseplanner.specs import GpuSpec, gpu
@@ -228,6 +229,47 @@ def test_pw_dw_batch2():
     # input 2 x 80 = 160; Wr 2 x 76 = 152, Wu 38 -> keep = max(0.3 x 152 = 45.6, 38) = 45.6
     # read 205.6 -> 206 = 6,592 B; write 8,192 B; DRAM 4,096 + 1,216 = 5,312 (weights once)
     check(c, 6_592, 8_192, 5_312, 69_632, 8_192, 4)
+
+
+def test_coresident_share_by_hand():
+    # blocks k = x + nsp * y go to SM k mod 132; p = nsp / gcd(nsp, 132) rounds apart on one SM
+    # nsp 4: gcd 4, p = 1 < 3 blocks per SM: the first 132 of 4 x 84 = 336 blocks miss -> 132 / 336
+    assert coresident_share(4, 84, 132, 3) == pytest.approx(132 / 336)
+    # nsp 8: gcd 4, p = 2 < 5: 2 x 132 = 264 of 8 x 60 = 480 miss
+    assert coresident_share(8, 60, 132, 5) == pytest.approx(264 / 480)
+    # nsp 14: gcd 2, p = 7 >= 5 blocks per SM: the block with the same window left before -> all miss
+    assert coresident_share(14, 42, 132, 5) == 1.0
+    # nsp 16: p = 4 < 5, but 4 x 132 = 528 >= 16 x 30 = 480 blocks: no block has an earlier twin
+    assert coresident_share(16, 30, 132, 5) == 1.0
+    assert coresident_share(4, 84, 132, 1) == 1.0  # one block per SM shares nothing
+    assert coresident_share(4, 1, 132, 8) == 1.0  # one filter tile reads each window once
+
+
+def test_pw_dw_coresident_blocks_share_windows():
+    ops = (pw(8, 512, 8, 8), dw(512, 8, 8))
+    c = estimate("pw_dw", ops, Tile(4, 4, 8, 8, 64), "fp32", 1, H100)
+    # 2 x 2 spatial tiles (nsp 4) x 64 filter tiles = 256 blocks, 10 per SM (c.kernels[0])
+    # window rows [0,5) and [3,8), cols [0,5) and [3,8): 20 B of a 32 B row, one sector each ->
+    #   4 windows x 5 rows = 20 per plane x 8 channels = 160 per filter tile; x 64 = 10,240
+    # co-resident: p = 4 / gcd(4, 132) = 1 < 10 -> 132 of the 256 blocks read from L2:
+    #   10,240 x 132 / 256 = 5,280
+    # weights per block: PW 8 rows x 32 B = 8 + bias 1, DW 8 x 36 B = 9 + bias 1 = 19 x 256 = Wr 4,864
+    #   Wu = 512 + 64 + 576 + 64 = 1,216 -> keep = max(0.3 x 4,864 = 1,459.2, 1,216) = 1,459.2
+    # read 6,739.2 -> 6,740 = 215,680 B; write 512 planes x 8 rows x 1 = 4,096 x 2 tiles = 262,144 B
+    assert c.kernels[0].blocks == 256 and c.kernels[0].blocks_per_sm == 10
+    assert c.gma_read_bytes == 215_680
+    assert c.gma_write_bytes == 262_144
+
+
+def test_coresident_reads_do_not_change_time(monkeypatch):
+    ops = (pw(8, 512, 8, 8), dw(512, 8, 8))
+    tile = Tile(4, 4, 8, 8, 64)
+    shared = estimate("pw_dw", ops, tile, "fp32", 1, H100)
+    monkeypatch.setattr(cost_model, "COSHARED_KINDS", frozenset())
+    alone = estimate("pw_dw", ops, tile, "fp32", 1, H100)
+    # the loads still request every window: L2 sees 5,280 of the 10,240 window sectors, time is the same
+    assert alone.gma_read_bytes - shared.gma_read_bytes == (10_240 - 5_280) * 32
+    assert alone.time_s == shared.time_s
 
 
 # ---------------------------------------------------------------- dw_pw

@@ -18,7 +18,17 @@ from ..specs import GpuSpec
 from ..specs import gpu as _gpu
 from . import paper
 from .layers import VIEW_OPS, stream_cost
-from .model import MEMBERS, PRECISIONS, context, dram_traffic, estimate_ours, l1_filtered, scheduled
+from .model import (
+    COSHARED_KINDS,
+    MEMBERS,
+    PRECISIONS,
+    context,
+    coresident,
+    dram_traffic,
+    estimate_ours,
+    l1_filtered,
+    scheduled,
+)
 from .time import blocks_per_sm, kernel_time, mma_rate, warp_rates
 from .traffic import span_union
 from .work import PARAM_BYTES, whole_bytes
@@ -92,7 +102,8 @@ def best_tile(
     keep the two in step (tests/test_tile_search.py compares this search with a brute-force one over
     `estimate`, and the planner checks the winner's rank against its `estimate`). Tiles that differ
     only in their thread count share one `Work` (a launch's traffic and FLOPs depend on th, tw, tf
-    and tc only; `feasible` lists them consecutively) and, at equal occupancy, its DRAM traffic.
+    and tc only; `feasible` lists them consecutively) and, at equal occupancy, its L2-level bytes
+    (co-resident blocks share reads, `model.coresident`) and DRAM traffic.
     The search is exact; it only skips work that cannot change the result: for the "gma" objective
     a tile whose L2-level bytes exceed the best so far is not timed, for "dram" one whose DRAM
     bytes exceed the best so far (its rank is larger whatever its time).
@@ -115,7 +126,10 @@ def best_tile(
     best: tuple[float, float, float, float] | None = None
     best_i = skipped = None
     shape = None  # (th, tw, tf, tc) of the tiles whose Work is `w`
-    w = gma = depth = None
+    w = depth = None
+    ks = 1
+    shared = kind in COSHARED_KINDS
+    gma_by_bps: dict[int, float] = {}  # the L2 bytes of `w` by blocks per SM (co-resident blocks share reads)
     dram_by_bps: dict[int, tuple[float, float]] = {}
     for i, (tile, smem, regs) in enumerate(feasible):
         threads = tile.threads
@@ -131,8 +145,13 @@ def best_tile(
         if key != shape:  # tiles that differ only in threads move and compute the same (one Work)
             shape = key
             w, depth = scheduled(kind, ops, tile, dtype, batch, gpu, l1_filtered(work(tile, batch, residual), hw, dtype == "fp16"))
-            gma = whole_bytes(w.gma_read / 32.0) + whole_bytes(w.gma_write / 32.0)
+            ks = tiles.cluster_split(kind, ops, tile, batch, gpu) if shared else 1
+            gma_by_bps.clear()
             dram_by_bps.clear()
+        gma = gma_by_bps.get(bps)
+        if gma is None:
+            wb = coresident(w, bps, ks, hw) if shared else w
+            gma = gma_by_bps[bps] = whole_bytes(wb.gma_read / 32.0) + whole_bytes(wb.gma_write / 32.0)
         if by_gma and best is not None and gma > best[0]:
             continue
         dram_rw = dram_by_bps.get(bps)

@@ -97,6 +97,7 @@ class FusedModel(KernelModel):
             nsp=nsp,
             w_read=32.0 * b * wread,
             l1_hits=32.0 * b * hits,
+            in_read=32.0 * b * read,
         )
 
 

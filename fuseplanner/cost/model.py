@@ -14,7 +14,7 @@ from .fused import DwPwModel, PwDwModel, PwDwPwModel, PwPwModel
 from .pw import PwModel
 from .shapes import geom
 from .time import blocks_per_sm, kernel_time, mma_rate, warp_rates
-from .traffic import dram_write_bytes, miss_fraction
+from .traffic import coresident_share, dram_write_bytes, miss_fraction
 from .work import KernelModel, Work, cdiv, whole_bytes
 
 #: Member op kinds of each kernel kind, in execution order.
@@ -119,6 +119,22 @@ def scheduled(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, batch: int
     return w, PIPELINE_DEPTH.get(kind, 1)
 
 
+COSHARED_KINDS = frozenset({"pw_dw", "dw_pw", "pw_pw", "pw_dw_pw"})
+
+
+def coresident(w: Work, bps: int, ks: int, hw: Hw) -> Work:
+    """`w` with the input re-reads that co-resident blocks of one SM share through L1
+    (`traffic.coresident_share`) moved from `gma_read` to `l1_hits`: L2 sees them once, the loads
+    still request them (the time model's `req_read`/`ld_read` are unchanged). Not for cluster
+    launches (`ks` > 1), which the scheduler places per GPU processing cluster."""
+    if not w.in_read or ks > 1:
+        return w
+    saved = w.in_read * (1.0 - coresident_share(w.nsp, w.nf, hw.sm_count, bps))
+    if saved <= 0.0:
+        return w
+    return w._replace(gma_read=w.gma_read - saved, l1_hits=w.l1_hits + saved, in_read=w.in_read - saved)
+
+
 def estimate_ours(
     kind: str, ops: Sequence[Op], tile: Tile, dtype: str, batch: int, gpu: GpuSpec, residual: bool, precision: str
 ) -> Cost:
@@ -138,6 +154,7 @@ def estimate_ours(
     if bps < 1:
         return Cost(feasible=False, reason=f"{kind} {tile}: no block fits on an SM ({limiter})")
     w, depth = scheduled(kind, ops, tile, dtype, batch, gpu, l1_filtered(km.work(tile, batch, residual), hw, dtype == "fp16"))
+    w = coresident(w, bps, tiles.cluster_split(kind, ops, tile, batch, gpu), hw) if kind in COSHARED_KINDS else w
     conc = hw.sm_count * bps
     dram_r, dram_w = dram_traffic(w, conc, hw)
     rates = warp_rates(kind, dtype, precision, hw)

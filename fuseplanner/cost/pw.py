@@ -98,4 +98,5 @@ class PwModel(KernelModel):
             blocks=nsp * nf * b,
             nf=nf,
             nsp=nsp,
+            in_read=32.0 * b * in_r,
         )

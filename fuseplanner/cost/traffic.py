@@ -20,6 +20,15 @@ phases (mod 32) are spread evenly over the multiples of g = gcd(W*e, 32), so the
 segment is averaged over that set of phases (exact when W*e is a multiple of 32; an average over
 rows otherwise). Tensors themselves are assumed to start on a 256-byte boundary (cudaMalloc).
 
+Co-resident re-reads: the filter tiles of one spatial tile read the same input window. The block
+scheduler hands consecutive blocks to consecutive SMs (block k to SM k mod SMs, then the next round),
+so when the spatial tiles per image divide evenly into the SM count the blocks one SM holds at a time
+share their spatial tile and fetch its window from L2 once (`coresident_share`). Nsight Compute on
+the H100 (docs/validation.md): an EfficientNet-B0 PW->DW with 4 spatial tiles and 84 filter tiles,
+3 blocks per SM, reads 0.39 of its modelled input windows from L2, the share `coresident_share`
+gives (132 / 336). Cluster launches (dw_pw split over channel chunks) are placed per GPU processing
+cluster and are not modelled so.
+
 DRAM (cold L2, i.e. L2 flushed before the kernel, as `ncu --cache-control all` and the validation
 timings do):
 
@@ -151,6 +160,21 @@ def plane_windows_sectors(h: int, w: int, pt: int, pl: int, hh: int, ww: int, sh
             if x1 > x0:
                 total += sum(_union_rows(p, y0, y1 - y0, x0, x1, pitch, e, sector) for p in phases)
     return total / len(phases), requested
+
+
+def coresident_share(nsp: int, nf: int, sms: int, bps: int) -> float:
+    """Share of the per-filter-tile input reads of a launch that reach L2 when co-resident blocks
+    of one SM share them through its L1 (`Co-resident re-reads` above): blocks k = x + nsp * y (x
+    the spatial tile, y the filter tile, per image) go to SM k mod `sms`, at most `bps` at a time,
+    so block k finds its window in L1 when block k - p*sms, p = nsp / gcd(nsp, sms), is the same
+    window of the same image and still resident (p < bps): the first p*sms blocks of each image
+    miss, the others hit."""
+    if nf <= 1 or bps <= 1:
+        return 1.0
+    p = nsp // gcd(nsp, sms)
+    if p >= bps:
+        return 1.0
+    return min(1.0, p * sms / (nsp * nf))
 
 
 def miss_fraction(footprint: float, capacity: float) -> float:

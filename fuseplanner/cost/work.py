@@ -2,10 +2,11 @@
 patterns kernels share.
 
 Kernel layout assumed by every model (and implemented by the kernels): the grid is
-x = filter tiles (fastest), y = spatial tiles, z = images. The filter tiles of one spatial tile are
-therefore resident together and re-read the same input window from L2, and weights are re-read from
-L2 by every spatial tile; both re-reads reach DRAM only when their reuse footprint exceeds L2
-(see `traffic`). Weight matrices are row-major [out, in] (PW/linear) and [C, kh, kw] (DW); a block
+x = spatial tiles (fastest; dw_pw's clusters add their rank), y = filter tiles, z = images. Every
+filter tile re-reads its spatial tiles' input windows from L2 (L1 serves some of those re-reads when
+blocks of one window share an SM, `traffic.coresident_share`), and weights are re-read from L2 by
+every spatial tile; both re-reads reach DRAM only when their reuse footprint exceeds L2 (see
+`traffic`). Weight matrices are row-major [out, in] (PW/linear) and [C, kh, kw] (DW); a block
 reads the rows of its filter tile, in chunks of tc input channels.
 
 A model splits its arithmetic into a spatial part (depends on th, tw), a channel part (tf, tc) and a
@@ -51,6 +52,7 @@ class Work(NamedTuple):
     l1_hits: float = 0.0  # bytes the blocks' loads request beyond gma_read: window rows sharing sectors (L1 serves them)
     req_read: float = 0.0  # bytes the time model charges the loads (set by model.l1_filtered)
     ld_read: float = 0.0  # the same, per block (without the one-read-of-every-weight floor)
+    in_read: float = 0.0  # the part of gma_read that is input windows read once per filter tile (model.coresident)
 
 
 class KernelModel:
