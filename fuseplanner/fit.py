@@ -13,6 +13,8 @@ fuseplanner's own kernels rather than the chip (`specs.KERNEL_RATE_DEFAULTS`):
   `*block_warp_exponent`s, from the cold event times (Nelder-Mead on their logarithms from several
   starts, minimising mean + median/2 of |log(predicted/measured)| plus the mean error of
   log(fused/unfused) over the groups measured both ways, so that fuse decisions come out right).
+  `fused_weight_load_fraction`, the share of fused kernels' weight reads the time model charges, is
+  kept as the spec has it (the bundled rates were fitted with it).
 
     samples = load_samples(["results.json"])
     fit = fit_spec(spec, samples)          # fit.values -> measured overrides; fit.before / fit.after

@@ -41,6 +41,7 @@ MEASURABLE = (
     "fused_pw_warp_flops_per_cycle_fp16",
     "fused_weight_l2_fraction",
     "fused_weight_l2_fraction_fp16",
+    "fused_weight_load_fraction",
     "block_warp_exponent",
     "fused_block_warp_exponent",
     "warp_load_bytes_per_cycle",
@@ -66,8 +67,9 @@ KERNEL_RATE_DEFAULTS: dict[str, float] = {
     "fused_pw_warp_flops_per_cycle_fp32": 1.78,
     "fused_pw_warp_flops_per_cycle_tf32": 1.78,
     "fused_pw_warp_flops_per_cycle_fp16": 4.768,
-    "fused_weight_l2_fraction": 0.7,
-    "fused_weight_l2_fraction_fp16": 1.15,
+    "fused_weight_l2_fraction": 0.8,
+    "fused_weight_l2_fraction_fp16": 1.4,
+    "fused_weight_load_fraction": 0.7,
     "block_warp_exponent": 1.0,
     "fused_block_warp_exponent": 0.908,
     "warp_load_bytes_per_cycle": 3.568,
@@ -102,7 +104,8 @@ class Hw(NamedTuple):
     warp_dw: tuple[float, float]  # fp32, fp16 storage
     warp_pw: tuple[float, float, float]  # fp32, tf32, fp16
     warp_fused_pw: tuple[float, float, float]
-    fused_w_l2: tuple[float, float]  # L2 sectors per modelled per-block weight-read sector of a fused kernel: fp32, fp16
+    fused_w_l2: tuple[float, float]  # L2 sectors per modelled sector of a fused kernel's per-block packed PW weight copies: fp32, fp16
+    fused_w_load: float  # share of a fused kernel's per-block weight reads that its loads cost (time model)
     warp_load: float  # bytes/s one warp's loads bring in (Little's law: bytes in flight / latency)
     warp_exp: tuple[float, float]  # a block of w warps computes at w ** exp times one warp's rate: LBL, fused
 
@@ -166,12 +169,19 @@ class GpuSpec(BaseModel):
         description="same, FP16 tensor cores")
     fused_weight_l2_fraction: float = Field(
         default=KERNEL_RATE_DEFAULTS["fused_weight_l2_fraction"], gt=0, le=2,
-        description="L2 read sectors per modelled sector of a fused kernel's per-block weight re-reads, fp32 "
-        "storage (below 1: some hit L1 or reach L2 through its fabric, which the L2 read counter omits)")
+        description="L2 read sectors per modelled sector of a fused kernel's per-block copies of its packed PW "
+        "weights (16-byte cp.async.cg, around L1), fp32 storage (below 1: part of them reach L2 through its "
+        "fabric, which the L2 read counter omits); its DW filters and biases go through L1 and reach L2 "
+        "once (cost/model.py l1_filtered)")
     fused_weight_l2_fraction_fp16: float = Field(
         default=KERNEL_RATE_DEFAULTS["fused_weight_l2_fraction_fp16"], gt=0, le=2,
         description="the same for fp16 storage (above 1 on the H100: its fp16 weight copies cost more L2 "
         "sectors than the packed bytes; scripts/probe_reads.sh)")
+    fused_weight_load_fraction: float = Field(
+        default=KERNEL_RATE_DEFAULTS["fused_weight_load_fraction"], gt=0, le=2,
+        description="share of a fused kernel's per-block weight reads (packed PW weights, DW filters, "
+        "biases) that the time model charges its loads, L1 hits included (the bundled warp rates were fitted "
+        "with 0.7; calibrate --from-results keeps it)")
     block_warp_exponent: float = Field(
         default=KERNEL_RATE_DEFAULTS["block_warp_exponent"], gt=0, le=1,
         description="a block of w warps of the layer-by-layer kernels computes at w ** exponent times one "
@@ -233,6 +243,7 @@ class GpuSpec(BaseModel):
             tuple(float(e(f"pw_warp_flops_per_cycle_{m}")) * self.clock_hz for m in ("fp32", "tf32", "fp16")),
             tuple(float(e(f"fused_pw_warp_flops_per_cycle_{m}")) * self.clock_hz for m in ("fp32", "tf32", "fp16")),
             (float(e("fused_weight_l2_fraction")), float(e("fused_weight_l2_fraction_fp16"))),
+            float(e("fused_weight_load_fraction")),
             float(e("warp_load_bytes_per_cycle")) * self.clock_hz,
             (float(e("block_warp_exponent")), float(e("fused_block_warp_exponent"))),
         )  # fmt: skip

@@ -13,8 +13,14 @@ filter tile as wp[tile][C][TFP] (rows of tf elements rounded up to 16 B, 16-byte
 Blocks: dw_pw on the H100 splits each output tile's channel chunks over a cluster of KS blocks
 (tiles.cluster_split: the largest power of two <= min(8, chunks) keeping blocks x KS <= 2 x 132).
 L1 filtering of fused kernels: of a fused kernel's per-block weight reads Wr only keep =
-max(0.3 Wr, min(Wu, Wr)) reach L2 (Wu = its distinct weight + bias sectors, 0.3 = the H100's
-fused_weight_l2_fraction and _fp16), and read = activation reads + keep, rounded up to whole sectors.
+max(0.3 Wc, min(Wu, Wr)) reach L2 (Wc = the packed PW weight rows among them, copied around L1;
+the DW filters and biases go through L1 and count only within the floor; Wu = its distinct weight +
+bias sectors, 0.3 = the H100's fused_weight_l2_fraction and _fp16), and read = activation reads +
+keep, rounded up to whole sectors.
+Co-resident blocks (fused kinds): with nsp spatial tiles, nf filter tiles and b blocks per SM, only
+the first p x 132 blocks of an image (p = nsp / gcd(nsp, 132), when p < b) read their input windows
+from L2 (traffic.coresident_share); none of the cases below but test_pw_dw_coresident_... has such
+blocks.
 """
 
 from __future__ import annotations
@@ -204,7 +210,7 @@ def test_pw_dw_fp32():
     # 2 x 1 tiles of 4 x 8, window 6 x 10: PW-output rows computed [0,5) + [3,8) = 10, cols [0,8) = 8
     # PW input plane: 10 rows x 32 B aligned = 10; x 8 channels x nf 1 = 80
     # weights per tile: PW 16 rows x 32 B = 16 + bias 2, DW 576 B = 18 + bias 2 -> 38 x 2 = Wr 76;
-    #   Wu = 38 (each weight once) -> keep = max(0.3 x 76 = 22.8, min(38, 76)) = 38
+    #   Wu = 38 (each weight once); Wc = PW 16 x 2 = 32 -> keep = max(0.3 x 32 = 9.6, min(38, 76)) = 38
     # read 80 + 38 = 118 = 3,776 B; write 16 x 8 rows x 1 = 128 = 4,096 B
     # DRAM 2,048 + 512 + 64 + 576 + 64 = 3,264
     # FLOPs: PW 2*8*16*64 = 16,384 + DW 2*9*16*64 = 18,432; PW done on 10 x 8 pixels:
@@ -218,7 +224,7 @@ def test_pw_dw_fp16():
     #   128 B start at phase 0): rows [0,5) are bytes 0..79 -> sectors 0-2 = 3, rows [3,8) bytes 48..127
     #   -> 1-3 = 3; 6 per plane x 8 planes = 48 (fp32: 10 rows x 1 sector of 32 B = 10 per plane)
     # weights per tile: PW packed fp16, rows of 16 x 2 = 32 B aligned -> 8 rows = 8 + bias 2, DW fp32
-    #   18 + bias 2 -> 30 x 2 = Wr 60; Wu = 30 -> keep = max(0.3 x 60 = 18, min(30, 60)) = 30
+    #   18 + bias 2 -> 30 x 2 = Wr 60; Wu = 30, Wc = 8 x 2 = 16 -> keep = max(4.8, min(30, 60)) = 30
     # read 48 + 30 = 78 = 2,496 B; write 128 = 4,096 B
     # DRAM input 1,024 + PW fp16 256 + bias 64 + DW 576 + 64 = 1,984
     check(c, 2_496, 4_096, 1_984, 34_816, 4_096, 2)
@@ -226,9 +232,9 @@ def test_pw_dw_fp16():
 
 def test_pw_dw_batch2():
     c = estimate("pw_dw", PW_DW, Tile(4, 8, 16, 8, 128), "fp32", 2, H100)
-    # input 2 x 80 = 160; Wr 2 x 76 = 152, Wu 38 -> keep = max(0.3 x 152 = 45.6, 38) = 45.6
-    # read 205.6 -> 206 = 6,592 B; write 8,192 B; DRAM 4,096 + 1,216 = 5,312 (weights once)
-    check(c, 6_592, 8_192, 5_312, 69_632, 8_192, 4)
+    # input 2 x 80 = 160; Wr 2 x 76 = 152, Wu 38, Wc 2 x 32 = 64 -> keep = max(0.3 x 64 = 19.2, 38) = 38
+    # read 198 = 6,336 B; write 8,192 B; DRAM 4,096 + 1,216 = 5,312 (weights once)
+    check(c, 6_336, 8_192, 5_312, 69_632, 8_192, 4)
 
 
 def test_coresident_share_by_hand():
@@ -254,10 +260,10 @@ def test_pw_dw_coresident_blocks_share_windows():
     # co-resident: p = 4 / gcd(4, 132) = 1 < 10 -> 132 of the 256 blocks read from L2:
     #   10,240 x 132 / 256 = 5,280
     # weights per block: PW 8 rows x 32 B = 8 + bias 1, DW 8 x 36 B = 9 + bias 1 = 19 x 256 = Wr 4,864
-    #   Wu = 512 + 64 + 576 + 64 = 1,216 -> keep = max(0.3 x 4,864 = 1,459.2, 1,216) = 1,459.2
-    # read 6,739.2 -> 6,740 = 215,680 B; write 512 planes x 8 rows x 1 = 4,096 x 2 tiles = 262,144 B
+    #   Wu = 512 + 64 + 576 + 64 = 1,216, Wc = PW 8 x 256 = 2,048 -> keep = max(614.4, 1,216) = 1,216
+    # read 5,280 + 1,216 = 6,496 = 207,872 B; write 512 planes x 8 rows x 1 = 4,096 x 2 tiles = 262,144 B
     assert c.kernels[0].blocks == 256 and c.kernels[0].blocks_per_sm == 10
-    assert c.gma_read_bytes == 215_680
+    assert c.gma_read_bytes == 207_872
     assert c.gma_write_bytes == 262_144
 
 
@@ -283,7 +289,7 @@ def test_dw_pw_two_filter_tiles():
     # nf = 2, nsp = 2; DW window 6 x 10 -> 10 rows x 1 sector per plane; 16 planes x nf 2 = 320
     # per spatial tile: nf x DW weights in 2 chunks of 8 ch (288 B = 9 + 9, bias 1 + 1) = 2 x 20
     #   + PW 32 rows x 2 chunks of 32 B = 64 + bias 2 x 64 B = 4 -> 108 x 2 = Wr 216
-    # Wu = DW 18 + 2 + PW 64 + 4 = 88 -> keep = max(0.3 x 216 = 64.8, min(88, 216)) = 88
+    # Wu = DW 18 + 2 + PW 64 + 4 = 88, Wc = PW 64 x 2 = 128 -> keep = max(38.4, min(88, 216)) = 88
     # read 320 + 88 = 408 = 13,056 B; write 32 x 8 x 1 = 256 = 8,192 B
     # DRAM 4,096 + 640 + 2,048 + 128 = 6,912
     # FLOPs DW 18,432 + PW 2*16*32*64 = 65,536; the DW runs once per filter tile: redundant 18,432
@@ -300,7 +306,7 @@ def test_dw_pw_fp16_packed_weights():
     # PW packed fp16: TFP 16 -> 32 B rows, aligned: 1 sector; nf 2 x C 16 = 32 + bias 2 x 64 B = 4
     #   -> 36 per spatial tile -> 72;  Wr = 80 + 72 = 152
     # Wu = DW 576 B = 18 + bias 2, packed PW 2 x 16 x 32 B = 32 + bias 4 -> 56
-    #   -> keep = max(0.3 x 152 = 45.6, min(56, 152)) = 56; read 192 + 56 = 248 = 7,936 B
+    #   Wc = 32 x 2 = 64 -> keep = max(0.3 x 64 = 19.2, min(56, 152)) = 56; read 192 + 56 = 248 = 7,936 B
     # write: 32 planes x 8 rows x 16 B (1 sector) = 256 = 8,192 B
     # DRAM: input 16 x 64 x 2 = 2,048 + DW 640 + PW 1,024 + bias 128 = 3,840
     check(c, 7_936, 8_192, 3_840, 83_968, 18_432, 8)
@@ -311,18 +317,18 @@ def test_dw_pw_fp16_packed_weights():
 def test_dw_pw_all_filters():
     c = estimate("dw_pw", DW_PW, Tile(4, 8, 32, 8, 256), "fp32", 1, H100)
     # nf = 1: input 160; per tile 20 + 64 + bias 128 B = 4 -> 88 x 2 = Wr 176, Wu 88
-    #   -> keep = max(0.3 x 176 = 52.8, 88) = 88; read 160 + 88 = 248 = 7,936 B
+    #   Wc 64 x 2 = 128 -> keep = max(38.4, 88) = 88; read 160 + 88 = 248 = 7,936 B
     # blocks: nsp 2, cluster split 2 (2 chunks) -> 4
     check(c, 7_936, 8_192, 6_912, 83_968, 0, 4)
 
 
 def test_dw_pw_batch2_residual():
     c = estimate("dw_pw", DW_PW, Tile(4, 8, 16, 8, 128), "fp32", 2, H100, residual=True)
-    # activations per image 320 + residual 256 = 576, x2 = 1,152; Wr 2 x 216 = 432, Wu 88
-    #   -> keep = max(0.3 x 432 = 129.6, 88) = 129.6; read 1,281.6 -> 1,282 = 41,024 B; write 16,384 B
+    # activations per image 320 + residual 256 = 576, x2 = 1,152; Wr 2 x 216 = 432, Wu 88, Wc 2 x 128 = 256
+    #   -> keep = max(0.3 x 256 = 76.8, 88) = 88; read 1,240 = 39,680 B; write 16,384 B
     # DRAM 8,192 + 2,816 weights + residual 2*32*64*4 = 16,384 -> 27,392 (a different tensor than the input)
     # blocks: 2 images x 4, cluster split 2 -> 16
-    check(c, 41_024, 16_384, 27_392, 167_936, 36_864, 16)
+    check(c, 39_680, 16_384, 27_392, 167_936, 36_864, 16)
 
 
 # ---------------------------------------------------------------- pw_pw
@@ -333,7 +339,7 @@ def test_pw_pw_single_tile():
     c = estimate("pw_pw", ops, Tile(8, 8, 16, 16, 256), "fp32", 1, H100)
     # one tile: input 16 planes x 8 rows x 1 = 128; W1 whole (512 el in 2 chunks of 1,024 B = 64) +
     #   bias 4 = 68; W2 16 rows x 2 x 64 B = 64 + bias 2 = 66 -> Wr 134 = Wu 134 -> keep 134
-    #   (max(40.2, 134)); read 262 = 8,384 B; write 128 = 4,096 B
+    #   (Wc 64 + 64 = 128: max(38.4, 134)); read 262 = 8,384 B; write 128 = 4,096 B
     # DRAM 4,096 + 2,048 + 128 + 2,048 + 64 = 8,384
     check(c, 8_384, 4_096, 8_384, 131_072, 0, 1)
 
@@ -342,7 +348,7 @@ def test_pw_pw_two_filter_tiles():
     ops = (pw(16, 32, 8, 8), pw(32, 16, 8, 8))
     c = estimate("pw_pw", ops, Tile(8, 8, 8, 16, 256), "fp32", 1, H100)
     # nf = 2: input 256; W1 68 x 2 = 136; W2 64 + bias 2 x 32 B = 2 -> 66; Wr 202, Wu 68 + 66 = 134
-    #   -> keep = max(0.3 x 202 = 60.6, min(134, 202)) = 134; read 256 + 134 = 390 = 12,480 B
+    #   Wc = 64 x 2 + 64 = 192 -> keep = max(57.6, min(134, 202)) = 134; read 256 + 134 = 390 = 12,480 B
     # the first PW (65,536 FLOPs) is recomputed by the second filter tile
     check(c, 12_480, 4_096, 8_384, 131_072, 65_536, 2)
 
@@ -353,7 +359,7 @@ def test_pw_pw_linear_mlp():
     # 2 token tiles: input 2 contiguous blocks of 8 x 32 x 4 = 1,024 B -> 64
     # per tile: W1 (2,048 el in 4 parts of 2,048 B) 256 + bias 4 x 64 B = 8; W2 32 rows x 4 x 64 B = 256
     #   + bias 128 B = 4 -> 524 x 2 = Wr 1,048; Wu 256 + 8 + 256 + 4 = 524
-    #   -> keep = max(0.3 x 1,048 = 314.4, 524) = 524; read 64 + 524 = 588 = 18,816 B
+    #   Wc = (256 + 256) x 2 = 1,024 -> keep = max(307.2, 524) = 524; read 64 + 524 = 588 = 18,816 B
     # write 16 rows x 128 B = 64 = 2,048 B
     # DRAM 2,048 + 8,192 + 256 + 8,192 + 128 = 18,816
     check(c, 18_816, 2_048, 18_816, 131_072, 0, 2)
@@ -368,7 +374,8 @@ IR = (pw(8, 16, 8, 8), dw(16, 8, 8), pw(16, 8, 8, 8))
 def test_pw_dw_pw_residual():
     c = estimate("pw_dw_pw", IR, Tile(4, 8, 8, 8, 64), "fp32", 1, H100, residual=True)
     # input 8 planes x 10 rows = 80; per tile: W1 (128 el, 2 x 256 B) 16 + bias 2, DW 18 + 2, W3 8 rows
-    #   x 2 x 32 B = 16 + bias 1 -> 55 x 2 = Wr 110; Wu 18 + 20 + 17 = 55 -> keep = max(33, 55) = 55
+    #   x 2 x 32 B = 16 + bias 1 -> 55 x 2 = Wr 110; Wu 18 + 20 + 17 = 55, Wc (16 + 16) x 2 = 64
+    #   -> keep = max(19.2, 55) = 55
     # residual 8 x 8 x 1 = 64; read 80 + 55 + 64 = 199 = 6,368 B
     # write 64 = 2,048 B; DRAM 2,048 + 576 + 640 + 544 = 3,808 (the residual is the block input: no extra)
     # FLOPs 16,384 + 18,432 + 16,384 = 51,200; expansion over 10 x 8 pixels: redundant 4,096
@@ -380,7 +387,7 @@ def test_pw_dw_pw_fp16():
     # input 8 planes x (3 + 3) sectors (16 B rows share sectors, as in test_pw_dw_fp16) = 48; PW
     #   weights packed in fp16, DW weights and all
     #   biases fp32: per tile W1 128 el x 2 B = 256 B = 8 + bias 2, DW 18 + 2, W3 16 rows x 8 x 2 B
-    #   = 256 B = 8 + bias 1 -> 39 x 2 = Wr 78; Wu 39 -> keep = max(23.4, 39) = 39
+    #   = 256 B = 8 + bias 1 -> 39 x 2 = Wr 78; Wu 39, Wc (8 + 8) x 2 = 32 -> keep = max(9.6, 39) = 39
     #   read 48 + 39 = 87 = 2,784 B
     # DRAM 1,024 + (256 + 64) + (576 + 64) + (256 + 32) = 2,272
     check(c, 2_784, 2_048, 2_272, 51_200, 4_096, 2)
@@ -388,9 +395,9 @@ def test_pw_dw_pw_fp16():
 
 def test_pw_dw_pw_batch2():
     c = estimate("pw_dw_pw", IR, Tile(4, 8, 8, 8, 64), "fp32", 2, H100, residual=True)
-    # activations (80 + residual 64) x 2 = 288; Wr 2 x 110 = 220, Wu 55 -> keep = max(66, 55) = 66
-    # read 354 = 11,328 B; DRAM input 4,096 + weights 1,760 (once)
-    check(c, 11_328, 4_096, 4_096 + 1_760, 102_400, 8_192, 4)
+    # activations (80 + residual 64) x 2 = 288; Wr 2 x 110 = 220, Wu 55, Wc 2 x 64 = 128
+    #   -> keep = max(38.4, 55) = 55; read 343 = 10,976 B; DRAM input 4,096 + weights 1,760 (once)
+    check(c, 10_976, 4_096, 4_096 + 1_760, 102_400, 8_192, 4)
 
 
 # ---------------------------------------------------------------- DRAM, resources, time

@@ -19,12 +19,12 @@ Proof: every layer-by-layer kernel moves at least its own compulsory bytes with 
 bytes (checked below): GMA(L_1) >= |in_1| + P_{L_1} + |I_1|, GMA(L_i) >= |I_{i-1}| + P_{L_i} + |I_i|
 and GMA(L_n) >= |I_{n-1}| + P_{L_n} + |out_n| (every element of I_j is needed by L_{j+1}: checked).
 Summing, sum_i GMA(L_i) >= C(F) - D + 2 sum_j |I_j|, and GMA(F) = C(F) + ovh(F). The overhead is
->= 0 (checked: F reads every weight at least once, since L1 filtering keeps max(f Wr, min(Wu, Wr))
-of the per-block weight reads Wr >= Wu), and is 0 for a single tile per image over sector-aligned rows
-(checked), so fusion saves the intermediates' round trips plus the unfused kernels' own overheads,
-minus the fused kind's overhead. L1 filtering can only lower GMA(F)
-(checked against the same GPU with fused_weight_l2_fraction = 1, where every re-read reaches L2), and
-the inequality holds with and without it.
+>= 0 (checked: F reads every weight at least once, since L1 filtering keeps max(f Wc, min(Wu, Wr))
+of the per-block weight reads Wr >= Wu, Wc the packed PW rows among them), and is 0 for a single tile
+per image over sector-aligned rows (checked), so fusion saves the intermediates' round trips plus the
+unfused kernels' own overheads, minus the fused kind's overhead. L1 filtering can only lower GMA(F)
+(checked against the same GPU with fused_weight_l2_fraction = 1, where every packed-weight re-read
+reaches L2), and the inequality holds with and without it.
 """
 
 from __future__ import annotations
@@ -237,8 +237,9 @@ def test_fp16_traffic_is_half_when_aligned(data, kind, c, m, h, batch):
     image: P = batch nsp 4 m in both dtypes; pw_pw: the fused kernel's weights (storage dtype) and
     biases (fp32), packed in rows of whole 16-byte copies: W1 = cdiv(m, tc) c rup(tc e, 16) + 4 m
     (read by every block), W2 = cdiv(c, tf) m rup(tf e, 16) + 4 c (each filter tile once per spatial
-    tile), Wr(e) = batch nsp (nf W1 + W2) re-read bytes of which P(e) = keep = max(f Wr, min(Wu, Wr))
-    rounded up to whole sectors, Wu(e) = W1 + W2, f the spec's fused_weight_l2_fraction) and U(e) the
+    tile), Wr(e) = batch nsp (nf W1 + W2) re-read bytes of which P(e) = keep = max(f Wc, min(Wu, Wr))
+    rounded up to whole sectors, Wc(e) = Wr(e) without the biases (they go through L1), Wu(e) = W1 +
+    W2, f the spec's fused_weight_l2_fraction) and U(e) the
     distinct parameter bytes (4 m; Wu(e)):
 
         GMA_read(fp32) - P(4) == 2 (GMA_read(fp16) - P(2)),  GMA_write(fp32) == 2 GMA_write(fp16),
@@ -269,8 +270,9 @@ def test_fp16_traffic_is_half_when_aligned(data, kind, c, m, h, batch):
         w1 = cdiv(m, t.tc) * c * rup(t.tc * e, 16) + 4 * m
         w2 = cdiv(c, t.tf) * m * rup(t.tf * e, 16) + 4 * c
         wr = batch * nsp * (cdiv(c, t.tf) * w1 + w2)
+        wc = wr - batch * nsp * (cdiv(c, t.tf) * 4 * m + 4 * c)  # the packed rows (the biases go through L1)
         wu = w1 + w2
-        keep = max(Fraction(str(H100.fused_weight_l2_fraction)) * wr, min(wu, wr))
+        keep = max(Fraction(str(H100.fused_weight_l2_fraction)) * wc, min(wu, wr))
         return 32 * math.ceil(keep / 32), wu
 
     (p32, u32), (p16, u16) = params(4), params(2)

@@ -74,9 +74,11 @@ class FusedModel(KernelModel):
         self.useful = 2.0 * sum(g.macs for g in self.gs)
 
     def assemble(self, b: int, residual: bool, read: float, wread: float, out: float, nf: int, nsp: int,
-                 iters: int, cuda: float, mma: float, in_unique: float, hits: float = 0.0) -> Work:  # fmt: skip
+                 iters: int, cuda: float, mma: float, in_unique: float, hits: float = 0.0,
+                 wl1: float = 0.0) -> Work:  # fmt: skip
         """Work from per-image sector counts (activation reads, weight reads, output; `hits`: activation
-        sectors the loads request beyond `read`, served by L1) and FLOPs."""
+        sectors the loads request beyond `read`, served by L1; `wl1`: the part of `wread` copied through
+        L1, DW filters and biases) and FLOPs."""
         e, first, last = self.e, self.first, self.last
         out_u = tensor_bytes(b * last.out_elems, e)
         return Work(
@@ -98,6 +100,7 @@ class FusedModel(KernelModel):
             w_read=32.0 * b * wread,
             l1_hits=32.0 * b * hits,
             in_read=32.0 * b * read,
+            w_l1=32.0 * b * wl1,
         )
 
 
@@ -112,15 +115,16 @@ class PwDwModel(FusedModel):
     def channel(self, tf: int, tc: int) -> tuple:
         gp, gd = self.gs
         w_u = dw_weight_unique(gd) + packed_pw_weight_unique(gp, tf, self.e)
+        l1 = bias_sectors(gp, tf) + dw_weight_sectors(gd, tf)
         return (cdiv(gd.co, tf), packed_pw_weight_sectors(gp, tf, self.e) + dw_weight_sectors(gd, tf),
-                cdiv(gp.c, tc) + 1, w_u)  # fmt: skip
+                cdiv(gp.c, tc) + 1, w_u, l1)  # fmt: skip
 
     def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
         gp, gd = self.gs
         nsp, in_s, out, pw_done, hit = sp
-        nf, w_sec, iters, w_u = ch
+        nf, w_sec, iters, w_u, l1 = ch
         w = self.assemble(b, residual, nf * in_s, nsp * w_sec, out, nf, nsp, iters,
-                          2.0 * gd.macs, pw_done, input_unique(gp, self.e, b), nf * hit)  # fmt: skip
+                          2.0 * gd.macs, pw_done, input_unique(gp, self.e, b), nf * hit, nsp * l1)  # fmt: skip
         return w._replace(w_unique=w_u)
 
 
@@ -132,7 +136,13 @@ def packed_pw_weight_sectors(g: Geom, tf: int, e: int) -> float:
     block of pw_pw and pw_dw_pw for its first PW, packed by the channel chunk (tf = tc)."""
     row = _rup(tf * e, 16)
     s = cdiv(g.co, tf) * g.c * (row / 32 if row % 32 == 0 else (row + 16) / 32)
-    return s + block_split_sectors(g.co, tf, PARAM_BYTES) if g.bias else s
+    return s + bias_sectors(g, tf)
+
+
+def bias_sectors(g: Geom, tf: int) -> float:
+    """Sectors of reading a PW member's fp32 bias in parts of tf (0 without a bias): the part of
+    `packed_pw_weight_sectors` that the kernels read through L1 (`__ldg` in the epilogue)."""
+    return block_split_sectors(g.co, tf, PARAM_BYTES) if g.bias else 0.0
 
 
 def packed_pw_weight_unique(g: Geom, tf: int, e: int) -> float:
@@ -159,14 +169,15 @@ class DwPwModel(FusedModel):
         gd, gp = self.gs
         w_u = dw_weight_unique(gd) + packed_pw_weight_unique(gp, tf, self.e)
         return (cdiv(gp.co, tf), dw_weight_sectors(gd, tc), packed_pw_weight_sectors(gp, tf, self.e), cdiv(gd.c, tc),
-                w_u)  # fmt: skip
+                w_u, bias_sectors(gp, tf))  # fmt: skip
 
     def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
         gd, gp = self.gs
         nsp, in_s, in_u, out, hit = sp
-        nf, w_dw, w_pw, iters, w_u = ch
+        nf, w_dw, w_pw, iters, w_u, b_pw = ch
         w = self.assemble(b, residual, nf * in_s, nsp * (nf * w_dw + w_pw), out, nf, nsp, iters,
-                          nf * 2.0 * gd.macs, 2.0 * gp.macs, whole_bytes(b * in_u), nf * hit)  # fmt: skip
+                          nf * 2.0 * gd.macs, 2.0 * gp.macs, whole_bytes(b * in_u), nf * hit,
+                          nsp * (nf * w_dw + b_pw))  # fmt: skip
         return w._replace(w_unique=w_u)
 
 
@@ -187,14 +198,15 @@ class PwPwModel(FusedModel):
         out = out_tokens_sectors(g2, tf, e) if g2.tokens_major else 0.0
         w_u = packed_pw_weight_unique(g1, tc, e) + packed_pw_weight_unique(g2, tf, e)
         return (cdiv(g2.co, tf), packed_pw_weight_sectors(g1, tc, e), packed_pw_weight_sectors(g2, tf, e), out,
-                cdiv(g1.co, tc), w_u)  # fmt: skip
+                cdiv(g1.co, tc), w_u, bias_sectors(g1, tc), bias_sectors(g2, tf))  # fmt: skip
 
     def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
         g1, g2 = self.gs
         nsp, in_s, out_s = sp
-        nf, w1, w2, out_c, iters, w_u = ch
+        nf, w1, w2, out_c, iters, w_u, b1, b2 = ch
         w = self.assemble(b, residual, nf * in_s, nsp * (nf * w1 + w2), out_s + out_c, nf, nsp, iters,
-                          0.0, nf * 2.0 * g1.macs + 2.0 * g2.macs, input_unique(g1, self.e, b))  # fmt: skip
+                          0.0, nf * 2.0 * g1.macs + 2.0 * g2.macs, input_unique(g1, self.e, b), 0.0,
+                          nsp * (nf * b1 + b2))  # fmt: skip
         return w._replace(w_unique=w_u)
 
 
@@ -217,14 +229,16 @@ class PwDwPwModel(FusedModel):
         g1, gd, g2 = self.gs
         e = self.e
         per_tile = packed_pw_weight_sectors(g1, tc, e) + dw_weight_sectors(gd, tc)
+        l1_tile = bias_sectors(g1, tc) + dw_weight_sectors(gd, tc)
         w_u = packed_pw_weight_unique(g1, tc, e) + dw_weight_unique(gd) + packed_pw_weight_unique(g2, tf, e)
-        return cdiv(g2.co, tf), per_tile, packed_pw_weight_sectors(g2, tf, e), cdiv(g1.co, tc), w_u
+        return (cdiv(g2.co, tf), per_tile, packed_pw_weight_sectors(g2, tf, e), cdiv(g1.co, tc), w_u, l1_tile,
+                bias_sectors(g2, tf))  # fmt: skip
 
     def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
         g1, gd, g2 = self.gs
         nsp, in_s, out, pw1_done, hit = sp
-        nf, w_rep, w3, iters, w_u = ch
+        nf, w_rep, w3, iters, w_u, l1_rep, b3 = ch
         w = self.assemble(b, residual, nf * in_s, nsp * (nf * w_rep + w3), out, nf, nsp, iters,
                           nf * 2.0 * gd.macs, nf * pw1_done + 2.0 * g2.macs, input_unique(g1, self.e, b),
-                          nf * hit)  # fmt: skip
+                          nf * hit, nsp * (nf * l1_rep + b3))  # fmt: skip
         return w._replace(w_unique=w_u)

@@ -90,18 +90,21 @@ def dram_traffic(w: Work, conc: int, hw: Hw) -> tuple[float, float]:
 
 
 def l1_filtered(w: Work, hw: Hw, half: bool) -> Work:
-    """`w` with a fused kernel's per-block weight re-reads scaled to what the L2 read counter sees
-    (`fused_weight_l2_fraction`, `_fp16` for fp16 storage; fitted to Nsight Compute counters on the
-    H100), never below one read of every weight; and with the bytes the time model charges the
-    blocks' loads (`req_read`: window rows that share sectors at their requested size, weight
-    re-reads at the fp32 factor whatever the dtype, the share the time fields were fitted with; and
-    `ld_read`, the same without the floor: the floor is a total, not a per-block cost)."""
+    """`w` with a fused kernel's per-block weight reads scaled to what the L2 read counter sees: the
+    packed PW weight copies (16-byte `cp.async.cg`, around L1) at `fused_weight_l2_fraction` (`_fp16`
+    for fp16 storage; fitted to Nsight Compute counters on the H100), the DW filters and biases
+    (4-byte `cp.async.ca` and `__ldg`, through L1, every block of an SM reading the same ones) not
+    again after their first read: never below one read of every weight. And with the bytes the time
+    model charges the blocks' loads (`req_read`: window rows that share sectors at their requested
+    size, and `fused_weight_load_fraction` of all weight reads, L1 hits included, never below one
+    read of every weight; `ld_read`, the same without the floor: the floor is a total, not a
+    per-block cost)."""
     act = w.gma_read - w.w_read + w.l1_hits
     if not w.w_read:
         return w._replace(req_read=act, ld_read=act)
-    share = hw.fused_w_l2[0] * w.w_read
+    share = hw.fused_w_load * w.w_read
     floor = min(w.w_unique, w.w_read)
-    keep = max(hw.fused_w_l2[half] * w.w_read, floor)
+    keep = max(hw.fused_w_l2[half] * (w.w_read - w.w_l1), floor)
     return w._replace(gma_read=w.gma_read - w.w_read + keep, w_read=keep, req_read=act + max(share, floor),
                       ld_read=act + share)
 
