@@ -271,7 +271,7 @@ def test_coresident_reads_do_not_change_time(monkeypatch):
     ops = (pw(8, 512, 8, 8), dw(512, 8, 8))
     tile = Tile(4, 4, 8, 8, 64)
     shared = estimate("pw_dw", ops, tile, "fp32", 1, H100)
-    monkeypatch.setattr(cost_model, "COSHARED_KINDS", frozenset())
+    monkeypatch.setattr(cost_model, "coresident_share", lambda *_: 1.0)  # every block reads its window
     alone = estimate("pw_dw", ops, tile, "fp32", 1, H100)
     # the loads still request every window: L2 sees 5,280 of the 10,240 window sectors, time is the same
     assert alone.gma_read_bytes - shared.gma_read_bytes == (10_240 - 5_280) * 32

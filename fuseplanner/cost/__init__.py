@@ -19,7 +19,6 @@ from ..specs import gpu as _gpu
 from . import paper
 from .layers import VIEW_OPS, stream_cost
 from .model import (
-    COSHARED_KINDS,
     MEMBERS,
     PRECISIONS,
     context,
@@ -126,9 +125,7 @@ def best_tile(
     best: tuple[float, float, float, float] | None = None
     best_i = skipped = None
     shape = None  # (th, tw, tf, tc) of the tiles whose Work is `w`
-    w = depth = None
-    ks = 1
-    shared = kind in COSHARED_KINDS
+    w = depth = ks = None
     gma_by_bps: dict[int, float] = {}  # the L2 bytes of `w` by blocks per SM (co-resident blocks share reads)
     dram_by_bps: dict[int, tuple[float, float]] = {}
     for i, (tile, smem, regs) in enumerate(feasible):
@@ -144,13 +141,12 @@ def best_tile(
         key = (tile.th, tile.tw, tile.tf, tile.tc)
         if key != shape:  # tiles that differ only in threads move and compute the same (one Work)
             shape = key
-            w, depth = scheduled(kind, ops, tile, dtype, batch, gpu, l1_filtered(work(tile, batch, residual), hw, dtype == "fp16"))
-            ks = tiles.cluster_split(kind, ops, tile, batch, gpu) if shared else 1
+            w, depth, ks = scheduled(kind, ops, tile, dtype, batch, gpu, l1_filtered(work(tile, batch, residual), hw, dtype == "fp16"))
             gma_by_bps.clear()
             dram_by_bps.clear()
         gma = gma_by_bps.get(bps)
         if gma is None:
-            wb = coresident(w, bps, ks, hw) if shared else w
+            wb = coresident(w, bps, ks, hw)
             gma = gma_by_bps[bps] = whole_bytes(wb.gma_read / 32.0) + whole_bytes(wb.gma_write / 32.0)
         if by_gma and best is not None and gma > best[0]:
             continue

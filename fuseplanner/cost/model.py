@@ -109,27 +109,26 @@ def l1_filtered(w: Work, hw: Hw, half: bool) -> Work:
                       ld_read=act + share)
 
 
-def scheduled(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, batch: int, gpu: GpuSpec, w: Work) -> tuple[Work, int]:
-    """(`w` as the launch schedules it, chunk loads a block keeps in flight). A dw_pw cluster split
-    (`tiles.cluster_split`) multiplies the blocks and divides each block's chain of chunks; the bytes
-    and FLOPs stay. Depth: the cp.async ring's stages - 1 (pw/linear and the fused kinds; 1 for a one-stage
+def scheduled(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, batch: int, gpu: GpuSpec,
+              w: Work) -> tuple[Work, int, int]:  # fmt: skip
+    """(`w` as the launch schedules it, chunk loads a block keeps in flight, cluster split). A dw_pw
+    cluster split (`tiles.cluster_split`) multiplies the blocks and divides each block's chain of
+    chunks; the bytes and FLOPs stay. Depth: the cp.async ring's stages - 1 (pw/linear and the fused kinds; 1 for a one-stage
     ring, whose one chunk in flight does not overlap the math), else 1."""
     ks = tiles.cluster_split(kind, ops, tile, batch, gpu)
     if ks > 1:
         w = w._replace(blocks=w.blocks * ks, iters=cdiv(w.iters, ks))
     if kind in tiles.FUSED_KINDS:
-        return w, max(1, tiles.fused_stages(kind, ops, tile, dtype) - 1)
-    return w, PIPELINE_DEPTH.get(kind, 1)
-
-
-COSHARED_KINDS = frozenset({"pw_dw", "dw_pw", "pw_pw", "pw_dw_pw"})
+        return w, max(1, tiles.fused_stages(kind, ops, tile, dtype) - 1), ks
+    return w, PIPELINE_DEPTH.get(kind, 1), ks
 
 
 def coresident(w: Work, bps: int, ks: int, hw: Hw) -> Work:
     """`w` with the input re-reads that co-resident blocks of one SM share through L1
     (`traffic.coresident_share`) moved from `gma_read` to `l1_hits`: L2 sees them once, the loads
-    still request them (the time model's `req_read`/`ld_read` are unchanged). Not for cluster
-    launches (`ks` > 1), which the scheduler places per GPU processing cluster."""
+    still request them (the time model's `req_read`/`ld_read` are unchanged). Only the fused kinds
+    set `in_read` (their 4-byte window copies allocate in L1; the pw kernel's 16-byte ones do not).
+    Not for cluster launches (`ks` > 1), which the scheduler places per GPU processing cluster."""
     if not w.in_read or ks > 1:
         return w
     saved = w.in_read * (1.0 - coresident_share(w.nsp, w.nf, hw.sm_count, bps))
@@ -156,8 +155,8 @@ def estimate_ours(
     bps, limiter = blocks_per_sm(smem, tile.threads, regs, hw)
     if bps < 1:
         return Cost(feasible=False, reason=f"{kind} {tile}: no block fits on an SM ({limiter})")
-    w, depth = scheduled(kind, ops, tile, dtype, batch, gpu, l1_filtered(km.work(tile, batch, residual), hw, dtype == "fp16"))
-    w = coresident(w, bps, tiles.cluster_split(kind, ops, tile, batch, gpu), hw) if kind in COSHARED_KINDS else w
+    w, depth, ks = scheduled(kind, ops, tile, dtype, batch, gpu, l1_filtered(km.work(tile, batch, residual), hw, dtype == "fp16"))
+    w = coresident(w, bps, ks, hw)
     conc = hw.sm_count * bps
     dram_r, dram_w = dram_traffic(w, conc, hw)
     rates = warp_rates(kind, dtype, precision, hw)

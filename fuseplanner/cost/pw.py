@@ -98,5 +98,4 @@ class PwModel(KernelModel):
             blocks=nsp * nf * b,
             nf=nf,
             nsp=nsp,
-            in_read=32.0 * b * in_r,
         )

@@ -52,7 +52,7 @@ class Work(NamedTuple):
     l1_hits: float = 0.0  # bytes the blocks' loads request beyond gma_read: window rows sharing sectors (L1 serves them)
     req_read: float = 0.0  # bytes the time model charges the loads (set by model.l1_filtered)
     ld_read: float = 0.0  # the same, per block (without the one-read-of-every-weight floor)
-    in_read: float = 0.0  # the part of gma_read that is input windows read once per filter tile (model.coresident)
+    in_read: float = 0.0  # fused kinds: the part of gma_read that is input windows read once per filter tile (model.coresident)
     w_l1: float = 0.0  # the part of w_read copied through L1 (fp32 DW filters and biases; the rest is packed PW weights)
 
 
