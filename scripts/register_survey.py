@@ -15,14 +15,13 @@ import json
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from fuseplanner import fit, specs, tiles
 from fuseplanner.cost.time import blocks_per_sm
-from fuseplanner.kernels import kernel_source, kernels_dir
+from fuseplanner.kernels import kernel_source, nvcc_report
 from fuseplanner.kernels.fused import SOURCES, kernel_defines
 
 USED = re.compile(r"Used (\d+) registers")
@@ -31,13 +30,9 @@ USED = re.compile(r"Used (\d+) registers")
 def allocated(nvcc: str, step, dtype: str, precision: str, workdir: str) -> int | None:
     """Registers ptxas reports for the kernel of one fused step (None when it does not compile)."""
     defines = kernel_defines(step.kind, step.ops, step.tile, dtype, precision, [True] * len(step.ops), False)
-    src, name = SOURCES[step.kind]
-    f = Path(tempfile.mkstemp(suffix=".cu", dir=workdir)[1])
-    f.write_text(kernel_source(src, defines))
-    proc = subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-std=c++17", "--resource-usage", f"-I{kernels_dir()}",
-                           "-o", str(f.with_suffix(".cubin")), str(f)], capture_output=True, text=True, timeout=600)
-    found = USED.findall(proc.stdout + proc.stderr)
-    return int(found[-1]) if proc.returncode == 0 and found else None
+    rc, rep = nvcc_report(nvcc, kernel_source(SOURCES[step.kind][0], defines), workdir, timeout=600)
+    found = USED.findall(rep)
+    return int(found[-1]) if rc == 0 and found else None
 
 
 def main() -> int:

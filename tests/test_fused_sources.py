@@ -8,15 +8,13 @@ import concurrent.futures
 import os
 import re
 import shutil
-import subprocess
 import tempfile
-from pathlib import Path
 
 import pytest
 
 from fuseplanner import tiles
 from fuseplanner.ir import Op, Tile
-from fuseplanner.kernels import kernel_source, kernels_dir
+from fuseplanner.kernels import kernel_source, nvcc_report
 from fuseplanner.kernels.fused import SOURCES, fma_group, kernel_defines, mma_group
 
 NVCC = shutil.which("nvcc")
@@ -49,12 +47,8 @@ MODES = [("fp32", "fp32"), ("fp32", "tf32"), ("fp16", "fp32")]
 
 def _compile(kind, ops, tile, dtype, precision, workdir):
     d = kernel_defines(kind, ops, tile, dtype, precision, [True] * len(ops), False)
-    src, name = SOURCES[kind]
-    f = Path(workdir) / f"{name}_{dtype}_{precision}_{abs(hash(str(tile)))}.cu"
-    f.write_text(kernel_source(src, d))
-    proc = subprocess.run([NVCC, "-arch=sm_90", "-cubin", "-std=c++17", "--resource-usage", f"-I{kernels_dir()}",
-                           "-o", str(f.with_suffix(".cubin")), str(f)], capture_output=True, text=True, timeout=300)
-    return proc.returncode, proc.stdout + proc.stderr
+    src, _ = SOURCES[kind]
+    return nvcc_report(NVCC, kernel_source(src, d), workdir, timeout=300)
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH: compile-only fused-kernel check skipped")

@@ -8,15 +8,13 @@ import importlib.util
 import os
 import re
 import shutil
-import subprocess
 import tempfile
-from pathlib import Path
 
 import pytest
 
 from fuseplanner.errors import DeviceError
 from fuseplanner.ir import Op, Tile
-from fuseplanner.kernels import kernel_source, kernels_dir
+from fuseplanner.kernels import kernel_source, kernels_dir, nvcc_report
 
 NVCC = shutil.which("nvcc")
 
@@ -48,13 +46,9 @@ REGS = re.compile(r"Used (\d+) registers")
 
 
 def _compile(source: str, name: str, defines: dict, workdir: str) -> str:
-    src = Path(workdir) / f"{name}_{abs(hash(tuple(sorted(defines.items()))))}.cu"
-    src.write_text(kernel_source(source, defines))
-    cmd = [NVCC, "-arch=sm_90", "-cubin", "-std=c++17", "--resource-usage", f"-I{kernels_dir()}", "-o",
-           str(src.with_suffix(".cubin")), str(src)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, f"nvcc failed for {source} {defines}:\n{proc.stderr[-3000:]}"
-    return proc.stdout + proc.stderr
+    rc, rep = nvcc_report(NVCC, kernel_source(source, defines), workdir, timeout=120)
+    assert rc == 0, f"nvcc failed for {source} {defines}:\n{rep[-3000:]}"
+    return rep
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH: compile-only kernel check skipped")

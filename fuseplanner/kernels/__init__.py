@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from .. import tiles
 from ..errors import PlanError, TileError
 from ..ir import GROUP_KINDS, Op, Tile
-from ._build import compile_kernel, kernel_source, kernels_dir, require_device
+from ._build import compile_kernel, kernel_source, kernels_dir, nvcc_report, require_device
 
 #: Kernel kinds `run` accepts.
 KERNEL_KINDS = ("dw", "pw", "linear", *GROUP_KINDS)
@@ -28,6 +28,7 @@ __all__ = [
     "compile_kernel",
     "kernel_source",
     "kernels_dir",
+    "nvcc_report",
     "prepare",
     "require_device",
     "run",

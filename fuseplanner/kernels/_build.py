@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import os
+import subprocess
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -28,6 +31,20 @@ def kernel_source(source: str, defines: Mapping[str, int | str]) -> str:
         raise DeviceError(f"kernel source {source!r} not found in {kernels_dir()}: reinstall fuseplanner")
     head = "".join(f"#define {k} {_define_value(v)}\n" for k, v in sorted(defines.items()))
     return head + f'#line 1 "{source}"\n' + path.read_text()
+
+
+def nvcc_report(nvcc: str, text: str, workdir: str | Path, arch: str = "sm_90", timeout: float = 300) -> tuple[int, str]:
+    """(exit status, ptxas report) of compiling kernel `text` (a `kernel_source`) to a cubin for
+    `arch` with `nvcc --resource-usage` in `workdir`: the compile-only check of registers and spills,
+    no GPU needed."""
+    fd, name = tempfile.mkstemp(suffix=".cu", dir=workdir)
+    os.close(fd)
+    src = Path(name)
+    src.write_text(text)
+    proc = subprocess.run([nvcc, f"-arch={arch}", "-cubin", "-std=c++17", "--resource-usage", f"-I{kernels_dir()}",
+                           "-o", str(src.with_suffix(".cubin")), str(src)], capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
+    return proc.returncode, proc.stdout + proc.stderr
 
 
 def _define_value(v: int | str | bool | float) -> str:
