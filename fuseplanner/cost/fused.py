@@ -115,9 +115,9 @@ class PwDwModel(FusedModel):
     def channel(self, tf: int, tc: int) -> tuple:
         gp, gd = self.gs
         w_u = dw_weight_unique(gd) + packed_pw_weight_unique(gp, tf, self.e)
-        l1 = bias_sectors(gp, tf) + dw_weight_sectors(gd, tf)
-        return (cdiv(gd.co, tf), packed_pw_weight_sectors(gp, tf, self.e) + dw_weight_sectors(gd, tf),
-                cdiv(gp.c, tc) + 1, w_u, l1)  # fmt: skip
+        dw_w = dw_weight_sectors(gd, tf)
+        return (cdiv(gd.co, tf), packed_pw_weight_sectors(gp, tf, self.e) + dw_w, cdiv(gp.c, tc) + 1, w_u,
+                bias_sectors(gp, tf) + dw_w)  # fmt: skip
 
     def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
         gp, gd = self.gs
@@ -228,8 +228,9 @@ class PwDwPwModel(FusedModel):
         # (packed by tf); the input window arrives with the first chunk: one load per chunk
         g1, gd, g2 = self.gs
         e = self.e
-        per_tile = packed_pw_weight_sectors(g1, tc, e) + dw_weight_sectors(gd, tc)
-        l1_tile = bias_sectors(g1, tc) + dw_weight_sectors(gd, tc)
+        dw_w = dw_weight_sectors(gd, tc)
+        per_tile = packed_pw_weight_sectors(g1, tc, e) + dw_w
+        l1_tile = bias_sectors(g1, tc) + dw_w
         w_u = packed_pw_weight_unique(g1, tc, e) + dw_weight_unique(gd) + packed_pw_weight_unique(g2, tf, e)
         return (cdiv(g2.co, tf), per_tile, packed_pw_weight_sectors(g2, tf, e), cdiv(g1.co, tc), w_u, l1_tile,
                 bias_sectors(g2, tf))  # fmt: skip
