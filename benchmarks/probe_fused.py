@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -28,10 +27,10 @@ from fuseplanner.ir import Tile  # noqa: E402
 
 
 def parse_tile(s: str) -> Tile:
-    m = re.fullmatch(r"(\d+)x(\d+)/f(\d+)/c(\d+)/t(\d+)", s)
-    if not m:
-        raise SystemExit(f"bad tile {s!r}: expected THxTW/fTF/cTC/tTHREADS")
-    return Tile(*(int(g) for g in m.groups()))
+    try:
+        return Tile.parse(s)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def find_pair(kind: str, block: str, batch: int) -> dict:

@@ -12,10 +12,7 @@ CASE names one of CASES (a kernel kind and its ops); TILE is `Tile.__str__`'s fo
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -60,10 +57,10 @@ DEFAULT = [
 
 
 def parse_tile(s: str) -> Tile:
-    m = re.fullmatch(r"(\d+)x(\d+)/f(\d+)/c(\d+)/t(\d+)", s)
-    if not m:
-        raise SystemExit(f"bad tile {s!r}: expected THxTW/fTF/cTC/tTHREADS")
-    return Tile(*(int(g) for g in m.groups()))
+    try:
+        return Tile.parse(s)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def launch_once(cfg: str) -> dict:
@@ -97,19 +94,14 @@ COLUMNS = {
 
 def counters(folder: Path) -> list[tuple[str, dict[str, float]]]:
     """(config, {metric: value}) per launched config, from scripts/probe_reads.sh's output folder."""
-    text = (folder / "probe_reads.csv").read_text()
-    rows = list(csv.reader(io.StringIO(text[text.index('"ID"'):])))
-    head = rows[0]
-    kid, name, value = head.index("ID"), head.index("Metric Name"), head.index("Metric Value")
-    per: dict[str, dict[str, float]] = {}
-    for r in rows[1:]:
-        if len(r) == len(head):
-            per.setdefault(r[kid], {})[r[name]] = float(r[value].replace(",", ""))
+    from fuseplanner.ncu import parse_csv
+
+    per = [dict(k.metrics) for k in parse_csv((folder / "probe_reads.csv").read_text())]
     cfgs = [json.loads(line)["config"] for line in (folder / "probe_reads.jsonl").read_text().splitlines()
             if line.startswith("{") and '"error"' not in line]
     if len(cfgs) != len(per):
         raise SystemExit(f"{len(cfgs)} launched configs but {len(per)} profiled kernels in {folder}")
-    return list(zip(cfgs, per.values(), strict=True))
+    return list(zip(cfgs, per, strict=True))
 
 
 def report(folder: Path, gpu_name: str) -> None:

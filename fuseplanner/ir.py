@@ -7,6 +7,7 @@ into the op they follow). The planner never mutates a `ModelGraph`; it returns a
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 
@@ -238,6 +239,14 @@ class Tile:
 
     def __str__(self) -> str:
         return f"{self.th}x{self.tw}/f{self.tf}/c{self.tc}/t{self.threads}"
+
+    @classmethod
+    def parse(cls, text: str) -> Tile:
+        """The tile `str(tile)` writes, THxTW/fTF/cTC/tTHREADS; ValueError for any other text."""
+        m = re.fullmatch(r"(\d+)x(\d+)/f(\d+)/c(\d+)/t(\d+)", text.strip())
+        if not m:
+            raise ValueError(f"bad tile {text!r}: expected THxTW/fTF/cTC/tTHREADS, e.g. 4x8/f32/c16/t256")
+        return cls(*(int(g) for g in m.groups()))
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from test_cost_properties import groups
 from fuseplanner import planner, tiles
 from fuseplanner.cost import best_tile, estimate
 from fuseplanner.graph import find_candidates
+from fuseplanner.ir import Tile
 from fuseplanner.specs import GpuSpec, gpu
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -141,3 +142,12 @@ def test_no_resident_block_at_all_gives_the_estimate_reason():
     got = search._search("dw", ops, False)
     want = search._search_estimate("dw", ops, False, tiles.candidates("dw", ops, "fp32", spec))
     assert got == want and not got.feasible and "no block fits on an SM" in got.reason
+
+
+def test_tile_parse_reads_what_str_writes_and_rejects_other_text():
+    for t in (Tile(4, 8, 32, 16, 256), Tile(1, 1, 256, 64, 64), Tile(14, 14, 96, 8, 128)):
+        assert Tile.parse(str(t)) == t
+    assert Tile.parse(" 2x16/f40/c8/t256 ") == Tile(2, 16, 40, 8, 256)
+    for bad in ("4x8", "4x8/f32/c16", "4x8/f32/c16/t", "a4x8/f32/c16/t256", "4x8/f32/c16/t256/x"):
+        with pytest.raises(ValueError, match="expected THxTW/fTF/cTC/tTHREADS"):
+            Tile.parse(bad)
