@@ -174,6 +174,40 @@ def decisions(results: Mapping) -> dict[str, Any]:
             "tile_exact": rate("tile_is_best"), "regret": regret}
 
 
+def occupancy(records: Sequence[Mapping]) -> dict[str, Any]:
+    """Blocks per SM the cost model assumed against those the compiled kernels allow (records that
+    carry `measured.kernels`: registers, local memory and shared memory of every launch), per kernel
+    kind, and our model's median predicted/measured time of the records whose launches all got at least
+    the modelled blocks per SM against those where some got fewer."""
+    per: dict[str, dict[str, Any]] = {}
+    ratio: dict[str, list[float]] = {"as_modelled": [], "fewer": []}
+    n = fewer = spills = 0
+    for r in records:
+        ks = [k for k in (r.get("measured") or {}).get("kernels") or () if "model_blocks_per_sm" in k]
+        if not _ok(r) or not ks:
+            continue
+        short = False
+        for k in ks:
+            e = per.setdefault(k["kind"], {"n": 0, "fewer": 0, "spills": 0, "regs_ratio": []})
+            e["n"] += 1
+            e["regs_ratio"].append(k["regs"] / k["model_regs"])
+            if k["blocks_per_sm"] < k["model_blocks_per_sm"]:
+                e["fewer"] += 1
+                short = True
+            e["spills"] += k.get("local_bytes", 0) > 0
+        n += len(ks)
+        fewer += sum(1 for k in ks if k["blocks_per_sm"] < k["model_blocks_per_sm"])
+        spills += sum(1 for k in ks if k.get("local_bytes", 0) > 0)
+        t = ((r.get("predicted") or {}).get("ours") or {}).get("time_s")
+        if t and r["measured"].get("time_cold_s"):
+            ratio["fewer" if short else "as_modelled"].append(t / r["measured"]["time_cold_s"])
+    for e in per.values():
+        e["regs_ratio_median"] = float(np.median(e.pop("regs_ratio")))
+    return {"n": n, "fewer": fewer, "spills": spills, "kinds": dict(sorted(per.items())),
+            "time_ratio": {k: (float(np.median(v)) if v else None) for k, v in ratio.items()},
+            "records": {k: len(v) for k, v in ratio.items()}}
+
+
 def models_of(results: Mapping) -> list[str]:
     """Prediction models present in the results, ours first."""
     found: set[str] = set(results.get("meta", {}).get("models", ()))
@@ -199,6 +233,7 @@ def summarize(results: Mapping) -> dict[str, Any]:
         "errors_by_kind": {m: {metric: errors_by_kind(records, m, metric) for metric in TARGETS} for m in models},
         "rank": rank_correlation(records),
         "decisions": decisions(results),
+        "occupancy": occupancy(records),
     }
     summary["targets"] = targets(summary)
     return summary
@@ -505,6 +540,25 @@ def _decision_lines(summary: Mapping) -> list[str]:
     return lines
 
 
+def _occupancy_lines(summary: Mapping) -> list[str]:
+    o = summary.get("occupancy") or {}
+    if not o.get("n"):
+        return []
+    tr, nr = o["time_ratio"], o["records"]
+    lines = ["", "## Occupancy: modelled vs compiled", "",
+             f"Registers and shared memory of every launch as compiled (CuPy kernel attributes), and the blocks "
+             f"per SM they allow, against the cost model's assumption: {o['fewer']} of {o['n']} launches get fewer "
+             f"blocks per SM than modelled; {o['spills']} use local memory (spills).", "",
+             "| kind | launches | compiled / modelled registers (median) | fewer blocks per SM | with spills |",
+             "|---|---|---|---|---|"]
+    for kind, e in o["kinds"].items():
+        lines.append(f"| {kind} | {e['n']} | {e['regs_ratio_median']:.2f} | {e['fewer']} | {e['spills']} |")
+    lines += ["", f"Our model's median predicted / measured time: {_num(tr['as_modelled'])} over {nr['as_modelled']} "
+              f"records whose launches all got the modelled blocks per SM (or more), {_num(tr['fewer'])} over "
+              f"{nr['fewer']} records with a launch that got fewer."]
+    return lines
+
+
 def render_markdown(results: Mapping, summary: Mapping, plots: Sequence[Path]) -> str:
     """The report as markdown: setup, targets, error statistics, decisions, every record, plots."""
     meta = results.get("meta", {})
@@ -533,7 +587,7 @@ def render_markdown(results: Mapping, summary: Mapping, plots: Sequence[Path]) -
               "caches (its DRAM equals its GMA) and no time (its time is the bandwidth floor GMA / DRAM "
               "bandwidth, without a launch term).",
               "", "### Our model's median error by kernel kind", "", *_kind_table(summary),
-              "", "## Decisions", "", *_decision_lines(summary),
+              "", "## Decisions", "", *_decision_lines(summary), *_occupancy_lines(summary),
               "", "## Plots", ""]
     lines += [f"![{p.stem}]({p.name})" for p in plots]
     lines += ["", "## Every measurement (* = the planner's choice)", "", *_record_lines(results["records"]), ""]

@@ -369,6 +369,27 @@ def time_item(prepared: Prepared, ctx: Context) -> dict[str, float]:
     return out
 
 
+def compiled_kernels(prepared: Prepared, item: Item, ctx: Context) -> list[dict[str, Any]]:
+    """Per launch of the item: its blocks, threads and shared memory, what the compiler gave its kernel
+    (registers, local memory: spills) and the blocks per SM these allow on `ctx.gpu`, beside the
+    registers and blocks per SM the cost model assumed (`model_regs`, `model_blocks_per_sm`)."""
+    from .cost.time import blocks_per_sm
+
+    total = steps_cost(item.steps, ctx.dtype, ctx.batch, ctx.gpu, ctx.precision)
+    modelled = total.kernels if total is not None else ()
+    out = []
+    for i, launch in enumerate(prepared.launches):
+        if not hasattr(launch, "resources"):
+            return []
+        d = {"kind": item.steps[i].kind, **launch.resources()}
+        smem = d["smem_bytes"] + d.get("static_smem_bytes", 0)
+        d["blocks_per_sm"], d["limiter"] = blocks_per_sm(smem, d["threads"], d["regs"], ctx.gpu.hw)
+        if i < len(modelled):
+            d["model_regs"], d["model_blocks_per_sm"] = modelled[i].regs_per_thread, modelled[i].blocks_per_sm
+        out.append(d)
+    return out
+
+
 def _error_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"
@@ -381,6 +402,10 @@ def measure_item(cp, item: Item, ctx: Context, index: int) -> tuple[dict, dict |
         prepared = Prepared(cp, item, ctx, case)
         chk = check(cp, prepared, item, case, ctx)
         measured = time_item(prepared, ctx)
+        try:  # a diagnostic: a driver that cannot report kernel attributes does not void the measurement
+            measured["kernels"] = compiled_kernels(prepared, item, ctx)
+        except (AttributeError, RuntimeError) as exc:
+            measured["kernels_error"] = _error_line(exc)
         del prepared
         return measured, chk, None
     except (FusePlannerError, ValueError, RuntimeError, TypeError) as exc:

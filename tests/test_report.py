@@ -160,3 +160,38 @@ def test_layer_rows_follow_the_plan(results):
         ("conv_dw0", 10e-6, None), ("g0 pw_dw", 20e-6, 10e-6), ("g1 dw_pw", 25e-6, 30e-6)]
     doc["groups"]["g1"]["planner_fused"] = False  # a rejected candidate is not a planned layer
     assert [r["label"] for r in report.layer_rows(doc)] == ["conv_dw0", "g0 pw_dw"]
+
+
+def _kernel(kind, regs, model_regs, bps, model_bps, local=0):
+    return {"kind": kind, "blocks": 64, "threads": 128, "smem_bytes": 0, "cluster": 1, "regs": regs,
+            "local_bytes": local, "static_smem_bytes": 0, "blocks_per_sm": bps, "limiter": "registers",
+            "model_regs": model_regs, "model_blocks_per_sm": model_bps}
+
+
+def test_occupancy_modelled_vs_compiled(tmp_path, results):
+    doc = json.loads(json.dumps(results))
+    recs = {r["id"]: r for r in doc["records"]}
+    recs["L0"]["measured"]["kernels"] = [_kernel("dw", 40, 40, 8, 8)]
+    recs["g0"]["measured"]["kernels"] = [_kernel("pw_dw", 120, 60, 2, 4, local=16)]
+    recs["g0.t1"]["measured"]["kernels"] = [_kernel("pw_dw", 90, 60, 4, 4)]
+    recs["g0.u"]["measured"]["kernels"] = [_kernel("pw", 48, 40, 6, 8), _kernel("dw", 40, 40, 8, 8)]
+    o = report.occupancy(doc["records"])
+    assert (o["n"], o["fewer"], o["spills"]) == (5, 2, 1)
+    # pw_dw registers compiled / modelled: 120/60 = 2.0 and 90/60 = 1.5, median 1.75; dw: 40/40 twice
+    assert o["kinds"]["pw_dw"] == {"n": 2, "fewer": 1, "spills": 1, "regs_ratio_median": 1.75}
+    assert o["kinds"]["dw"]["regs_ratio_median"] == 1.0 and o["kinds"]["pw"]["fewer"] == 1
+    # predicted / measured time: as modelled L0 12/10 = 1.2 and g0.t1 13.2/12 = 1.1 -> median 1.15;
+    # with fewer blocks g0 10/10 = 1.0 and g0.u 15/20 = 0.75 -> median 0.875
+    assert o["time_ratio"]["as_modelled"] == pytest.approx(1.15)
+    assert o["time_ratio"]["fewer"] == pytest.approx(0.875)
+    assert o["records"] == {"as_modelled": 2, "fewer": 2}
+    report.write_report(doc, tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "## Occupancy: modelled vs compiled" in md
+    assert "| pw_dw | 2 | 1.75 | 1 | 1 |" in md
+
+
+def test_no_occupancy_section_without_compiled_kernels(tmp_path, results):
+    assert report.occupancy(results["records"])["n"] == 0
+    report.write_report(json.loads(json.dumps(results)), tmp_path)
+    assert "Occupancy" not in (tmp_path / "report.md").read_text()

@@ -140,3 +140,41 @@ def test_validate_without_gpu_raises_device_error(bytes_model):
             V.validate(g, GPU, planner.plan(g, GPU), progress=False)
     else:
         pytest.skip("a CUDA device is present")
+
+
+def test_launch_resources_read_the_compiled_kernel():
+    from types import SimpleNamespace
+
+    from fuseplanner.kernels.lbl import Launch
+
+    kernel = SimpleNamespace(num_regs=96, local_size_bytes=24, shared_size_bytes=512)
+    launch = Launch(kernel, (7, 2, 3), 128, 4096, (), None, {"KS": 4})
+    assert launch.resources() == {"blocks": 42, "threads": 128, "smem_bytes": 4096, "cluster": 4, "regs": 96,
+                                  "local_bytes": 24, "static_smem_bytes": 512}
+    assert Launch(kernel, (5, 1, 1), 64, 0, (), None).resources()["cluster"] == 1
+
+
+def test_compiled_kernels_beside_the_model():
+    from types import SimpleNamespace
+
+    from fuseplanner import specs
+
+    gpu = specs.gpu("h100")
+    g = G.residual(h=4)
+    ctx = V.Context(gpu=gpu, dtype="fp32", batch=1, precision="fp32", objective="time")
+    items, _, _ = V.build_items(g, planner.plan(g, gpu), ctx)
+    unfused = next(i for i in items if i.role == "unfused")
+    launches = [SimpleNamespace(resources=lambda s=s: {
+        "blocks": 10, "threads": 256, "smem_bytes": 0, "cluster": 1, "regs": 128, "local_bytes": 0,
+        "static_smem_bytes": 0}) for s in unfused.steps]  # fmt: skip
+    got = V.compiled_kernels(SimpleNamespace(launches=launches), unfused, ctx)
+    model = V.steps_cost(unfused.steps, "fp32", 1, gpu).kernels
+    assert len(unfused.steps) >= 2
+    assert [k["kind"] for k in got] == [s.kind for s in unfused.steps]
+    for k, m in zip(got, model, strict=True):
+        # 128 registers x 32 lanes = 4096 per warp (a multiple of the 256-register unit); 8 warps = 32768
+        # per block; 65536 / 32768 = 2 blocks per SM (threads would allow 2048 / 256 = 8)
+        assert (k["blocks_per_sm"], k["limiter"]) == (2, "registers")
+        assert (k["model_regs"], k["model_blocks_per_sm"]) == (m.regs_per_thread, m.blocks_per_sm)
+    # a launch that cannot say what it was compiled to leaves the record without kernels
+    assert V.compiled_kernels(SimpleNamespace(launches=[lambda: None] * len(launches)), unfused, ctx) == []

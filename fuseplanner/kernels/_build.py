@@ -96,6 +96,13 @@ def _compile_cached(source: str, name: str, defines: tuple[tuple[str, str], ...]
         raise DeviceError(f"compiling {source}:{name} failed: {first}") from exc
 
 
+def kernel_attributes(kernel) -> dict[str, int]:
+    """What the compiler gave a compiled kernel (a `cupy.RawKernel`): registers per thread, local memory
+    per thread (register spills and stack) and static shared memory per block, in bytes."""
+    return {"regs": int(kernel.num_regs), "local_bytes": int(kernel.local_size_bytes),
+            "static_smem_bytes": int(kernel.shared_size_bytes)}  # fmt: skip
+
+
 def launch(kernel, grid: tuple[int, int, int], block: int, smem: int, args: tuple) -> None:
     """Launch `kernel` with `smem` bytes of dynamic shared memory (raising the opt-in limit if needed)."""
     if smem > 48 * 1024 and kernel.max_dynamic_shared_size_bytes < smem:

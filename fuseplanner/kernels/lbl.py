@@ -51,6 +51,13 @@ class Launch:
         _build.launch(self.kernel, self.grid, self.block, self.smem, self.args)
         return self.out
 
+    def resources(self) -> dict[str, int]:
+        """The launch's shape and what the compiler gave its kernel (`_build.kernel_attributes`):
+        blocks, threads per block, dynamic shared memory, cluster size (1 without clusters)."""
+        blocks = self.grid[0] * self.grid[1] * self.grid[2]
+        return {"blocks": blocks, "threads": self.block, "smem_bytes": self.smem,
+                "cluster": int(self.defines.get("KS", 1)), **_build.kernel_attributes(self.kernel)}  # fmt: skip
+
 
 def _i32(*vals: int) -> tuple:
     return tuple(np.int32(v) for v in vals)

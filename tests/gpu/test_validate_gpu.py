@@ -35,6 +35,11 @@ def test_block_validates_counter_free(dtype, tmp_path):
         m = r["measured"]
         assert 0 < m["time_cold_s"] < 1e-2 and 0 < m["time_warm_s"] < 1e-2
         assert m["traffic"] == "counter-free" and m.get("gma_bytes") is None
+        # what the compiler gave each launch, and the blocks per SM that allows, beside the model's
+        assert [k["kind"] for k in m["kernels"]] == r["step_kinds"], r["id"]
+        for k, t in zip(m["kernels"], r["tiles"], strict=True):
+            assert 16 <= k["regs"] <= 255 and k["blocks_per_sm"] >= 1 and k["model_blocks_per_sm"] >= 1, (r["id"], k)
+            assert k["threads"] == t["threads"]
     roles = {r["role"] for r in recs}
     assert "unfused" in roles
     saved = json.loads((tmp_path / "results.json").read_text())
