@@ -109,3 +109,69 @@ def time_kernel(fn: Callable[[], object], *, warmup: int = 10, repeat: int = 200
     samples = [cp.cuda.get_elapsed_time(s, e) * 1e-3 for s, e in events]
     ordered = sorted(samples)
     return Timing(statistics.median(ordered), _quantile(ordered, 0.1), _quantile(ordered, 0.9), tuple(samples))
+
+
+# ---- block placement ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where and when the blocks of one launch ran (`probe_placement`): SMs used, the most blocks
+    resident on one SM at once, the rounds the blocks started in, and the launch's span."""
+
+    blocks: int
+    sms: int
+    max_per_sm: int
+    rounds: int
+    first_round_blocks: int
+    first_round_sms: int
+    span_ns: float
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def placement_summary(records: np.ndarray, spin_ns: float) -> Placement:
+    """Summary of per-block (SM, start ns, end ns) rows. A round is the blocks that start within
+    `spin_ns` / 2 of the first start of the round (each block runs at least `spin_ns`, so a block that
+    starts later waited for a slot); blocks of one SM overlap when their [start, end) intervals do."""
+    rec = np.asarray(records, dtype=np.float64).reshape(-1, 3)
+    if not len(rec):
+        raise ValueError("no blocks recorded")
+    sm, start, end = rec[:, 0].astype(np.int64), rec[:, 1], rec[:, 2]
+    most = 0
+    for s in np.unique(sm):
+        mine = sm == s
+        # +1 at each start, -1 at each end; an end sorts before a start at the same time
+        times = np.concatenate([start[mine], end[mine]])
+        steps = np.concatenate([np.ones(mine.sum()), -np.ones(mine.sum())])
+        order = np.lexsort((steps, times))
+        most = max(most, int(np.cumsum(steps[order]).max()))
+    order = np.argsort(start, kind="stable")
+    rounds, first, round_of = 0, None, np.empty(len(rec), dtype=np.int64)
+    for i in order:
+        if first is None or start[i] > first + spin_ns / 2:
+            rounds, first = rounds + 1, start[i]
+        round_of[i] = rounds
+    r1 = round_of == 1
+    return Placement(blocks=len(rec), sms=len(np.unique(sm)), max_per_sm=most, rounds=rounds,
+                     first_round_blocks=int(r1.sum()), first_round_sms=len(np.unique(sm[r1])),
+                     span_ns=float(end.max() - start.min()))  # fmt: skip
+
+
+def probe_placement(blocks: int, threads: int, smem_bytes: int, cluster: int = 1, spin_us: float = 200.0) -> Placement:
+    """Launch kernels/probe_placement.cu with `blocks` blocks of `threads` threads, each holding
+    `smem_bytes` of dynamic shared memory, in thread-block clusters of `cluster` (1: none); every
+    block spins `spin_us`. Returns where and when the blocks ran (after one untimed warm-up launch)."""
+    from .kernels._build import compile_kernel, launch
+
+    if blocks % cluster:
+        raise ValueError(f"{blocks} blocks do not split into clusters of {cluster}")
+    cp = require_device()
+    kernel = compile_kernel("probe_placement.cu", "probe_placement", {"THREADS": threads, "KS": cluster})
+    out = cp.zeros(3 * blocks, dtype=cp.uint64)
+    spin = np.uint64(spin_us * 1e3)
+    for _ in range(2):
+        launch(kernel, (blocks, 1, 1), threads, smem_bytes, (out, spin))
+    cp.cuda.get_current_stream().synchronize()
+    return placement_summary(cp.asnumpy(out).reshape(-1, 3), spin_us * 1e3)

@@ -39,6 +39,7 @@ COMBOS = [
                             "THREADS": 64}, False),
     ("pw.cu", "pw_kernel", {**BASE_PW, "T_HALF": 1, "XU": 0, "WU": 0, "HAS_RES": 1, "ACT": 3, "USE_TC": 2, **MMA}, True),
     ("pw.cu", "pw_kernel", {**BASE_PW, "T_HALF": 1, "XU": 0, "WU": 0, "HAS_RES": 1, "ACT": 3, "TC": 12}, False),
+    ("probe_placement.cu", "probe_placement", {"THREADS": 256, "KS": 8}, True),
 ]
 
 SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -68,11 +69,13 @@ def test_every_kernel_source_compiles_for_sm90_without_spills():
     print("\n".join(lines))
 
 
-def test_lbl_sources_are_covered():
+def test_every_source_is_compile_checked():
+    # here: the layer-by-layer kernels and the placement probe; tests/test_fused_sources.py: fused_*.cu
+    from fuseplanner import tiles
+
     sources = {p.name for p in kernels_dir().glob("*.cu")}
-    lbl = {"dw.cu", "pw.cu"}
-    assert lbl <= sources
-    assert {s for s, *_ in COMBOS} == lbl
+    assert {"dw.cu", "pw.cu", "probe_placement.cu"} <= sources
+    assert sources == {s for s, *_ in COMBOS} | {f"fused_{k}.cu" for k in tiles.FUSED_KINDS}
 
 
 def test_kernels_import_without_cupy_and_run_raises_device_error():
