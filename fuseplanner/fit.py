@@ -148,7 +148,6 @@ def repredict(data: dict, spec: Any, model: str | None = None) -> dict:
     meta = out["meta"]
     batch = int(meta["batch"])
     graph = _graph("results", model or meta["model"], batch, {})
-    planned: dict[tuple[str, str], float] = {}  # (group, "group" | "unfused") -> predicted time
     for rec in out["records"]:
         if rec.get("nodes") and rec.get("tiles") and rec.get("step_kinds"):
             total = steps_cost(_steps(rec, graph, batch), meta["dtype"], batch, spec, meta.get("precision", "fp32"))
@@ -157,9 +156,7 @@ def repredict(data: dict, spec: Any, model: str | None = None) -> dict:
                 d.pop("kernels", None)
                 rec.setdefault("predicted", {})["ours"] = d
         (rec.get("predicted") or {}).pop("ours_uncalibrated", None)
-        ours = (rec.get("predicted") or {}).get("ours")
-        if rec.get("group") and rec["role"] in ("group", "unfused") and ours:
-            planned.setdefault((rec["group"], rec["role"]), ours["time_s"])
+    planned = planned_times(out["records"])
     tau = float(spec.eff(THRESHOLD_FIELD))
     for g, info in out.get("groups", {}).items():
         if (g, "group") in planned and (g, "unfused") in planned:
@@ -168,6 +165,17 @@ def repredict(data: dict, spec: Any, model: str | None = None) -> dict:
     meta["calibrated"] = False
     meta["repredicted"] = (f"`ours` predictions and fuse decisions recomputed by `fuseplanner validate --from-results "
                            f"--repredict` with spec {spec.name} (fuse_min_speedup {tau:g}); measurements as recorded")
+    return out
+
+
+def planned_times(records: Iterable[dict]) -> dict[tuple[str, str], float]:
+    """`ours` predicted time of each group's planned-tile record and of its unfused run, keyed
+    (group, "group" | "unfused"): what a fuse decision compares."""
+    out: dict[tuple[str, str], float] = {}
+    for rec in records:
+        ours = (rec.get("predicted") or {}).get("ours")
+        if rec.get("group") and rec["role"] in ("group", "unfused") and ours:
+            out.setdefault((rec["group"], rec["role"]), ours["time_s"])
     return out
 
 

@@ -181,7 +181,6 @@ def occupancy(records: Sequence[Mapping]) -> dict[str, Any]:
     the modelled blocks per SM against those where some got fewer."""
     per: dict[str, dict[str, Any]] = {}
     ratio: dict[str, list[float]] = {"as_modelled": [], "fewer": []}
-    n = fewer = spills = 0
     for r in records:
         ks = [k for k in (r.get("measured") or {}).get("kernels") or () if "model_blocks_per_sm" in k]
         if not _ok(r) or not ks:
@@ -195,15 +194,13 @@ def occupancy(records: Sequence[Mapping]) -> dict[str, Any]:
                 e["fewer"] += 1
                 short = True
             e["spills"] += k.get("local_bytes", 0) > 0
-        n += len(ks)
-        fewer += sum(1 for k in ks if k["blocks_per_sm"] < k["model_blocks_per_sm"])
-        spills += sum(1 for k in ks if k.get("local_bytes", 0) > 0)
         t = ((r.get("predicted") or {}).get("ours") or {}).get("time_s")
         if t and r["measured"].get("time_cold_s"):
             ratio["fewer" if short else "as_modelled"].append(t / r["measured"]["time_cold_s"])
     for e in per.values():
         e["regs_ratio_median"] = float(np.median(e.pop("regs_ratio")))
-    return {"n": n, "fewer": fewer, "spills": spills, "kinds": dict(sorted(per.items())),
+    total = {key: sum(e[key] for e in per.values()) for key in ("n", "fewer", "spills")}
+    return {**total, "kinds": dict(sorted(per.items())),
             "time_ratio": {k: (float(np.median(v)) if v else None) for k, v in ratio.items()},
             "records": {k: len(v) for k, v in ratio.items()}}
 

@@ -25,11 +25,7 @@ from fuseplanner import fit, report, specs  # noqa: E402
 
 def group_ratios(data: dict) -> list[dict]:
     """(predicted, measured) unfused/fused ratios of each group of a re-predicted results document."""
-    pred: dict[tuple[str, str], float] = {}
-    for r in data["records"]:
-        ours = (r.get("predicted") or {}).get("ours")
-        if r.get("group") and r["role"] in ("group", "unfused") and ours:
-            pred.setdefault((r["group"], r["role"]), ours["time_s"])
+    pred = fit.planned_times(data["records"])
     rows = []
     for g, e in report.decisions(data)["groups"].items():
         if (g, "group") in pred and (g, "unfused") in pred:
