@@ -60,6 +60,14 @@ __device__ __forceinline__ void from_f(half_t& d, float v) { d = f2h(v); }
 __device__ __forceinline__ float ldg_f(const T* p) { return to_f(__ldg(p)); }
 __device__ __forceinline__ float lds_f(const T* p) { return to_f(*p); }
 __device__ __forceinline__ void st_f(T* p, float v) { from_f(*p, v); }
+// Two adjacent elements as one store (p aligned to 2 elements).
+__device__ __forceinline__ void st_pair(T* p, float a, float b) {
+#if T_HALF
+    *reinterpret_cast<unsigned*>(p) = (unsigned)f2h(a) | ((unsigned)f2h(b) << 16);
+#else
+    *reinterpret_cast<float2*>(p) = make_float2(a, b);
+#endif
+}
 
 // ---- epilogue: bias -> activation -> residual ---------------------------------------------------
 __device__ __forceinline__ float activate(float v) {

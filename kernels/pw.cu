@@ -160,6 +160,26 @@ __device__ __forceinline__ void store_out(T* __restrict__ out, const float* __re
     if (p < P && out_offset(n, f, y0, x0, p, g, off)) st_f(out + off, add_residual(apply_epilogue(v, bias, f), res, off));
 }
 
+// Outputs (f, p) and (f, p + 1) of an mma fragment (p even) as one paired store when they are
+// neighbours in one NCHW output row with an even row length (so the pair is 2-element aligned):
+// a warp then writes 4 x 2 contiguous elements per row instead of two interleaved halves.
+__device__ __forceinline__ void store_out2(T* __restrict__ out, const float* __restrict__ bias,
+                                           const T* __restrict__ res, int n, int f, int y0, int x0, int p,
+                                           float v0, float v1, const Geom& g) {
+    long long off;
+#if !CL && TW % 2 == 0
+    const bool aligned = (reinterpret_cast<unsigned long long>(out) & (2 * sizeof(T) - 1)) == 0;
+    if (aligned && p + 1 < P && (g.Wo & 1) == 0 && out_offset(n, f, y0, x0, p + 1, g, off)) {
+        off -= 1;  // (f, p + 1) is inside the map, so (f, p) is too, one element before it
+        st_pair(out + off, add_residual(apply_epilogue(v0, bias, f), res, off),
+                add_residual(apply_epilogue(v1, bias, f), res, off + 1));
+        return;
+    }
+#endif
+    store_out(out, bias, res, n, f, y0, x0, p, v0, g);
+    store_out(out, bias, res, n, f, y0, x0, p + 1, v1, g);
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS)
 pw_kernel(const T* __restrict__ x, const T* __restrict__ w, const float* __restrict__ bias,
           const T* __restrict__ res, T* __restrict__ out, int C_in, int H, int W, int C_out, int Ho, int Wo,
@@ -352,9 +372,9 @@ pw_kernel(const T* __restrict__ x, const T* __restrict__ w, const float* __restr
         for (int j = 0; j < WN_T; ++j) {
             const int c = (wn * WN_T + j) * 8 + 2 * tq;
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = r0 + (e >> 1) * 8;
-                if (r < TF) store_out(out, bias, res, n, f0 + r, y0, x0, c + (e & 1), acc[i][j][e], g);
+            for (int h = 0; h < 2; ++h) {
+                const int r = r0 + h * 8;
+                if (r < TF) store_out2(out, bias, res, n, f0 + r, y0, x0, c, acc[i][j][2 * h], acc[i][j][2 * h + 1], g);
             }
         }
     }
