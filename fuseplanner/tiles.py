@@ -64,10 +64,15 @@ FUSED_MIN_STAGES = 2
 FUSED_MAX_STAGES = 4
 FUSED_RING_BYTES = 64 * 1024
 #: dw_pw split reduction over a thread-block cluster (Hopper and later): at most this many blocks per
-#: cluster (8 is the portable cluster size), and only while the grid stays within CLUSTER_FILL blocks
-#: per SM.
+#: cluster (8 is the portable cluster size), only while the grid stays within CLUSTER_FILL blocks per
+#: SM, and only while every block of a cluster keeps at least MIN_SPLIT_CHUNKS channel chunks: the
+#: reduction after the loop (cluster barriers, partial tiles summed over distributed shared memory)
+#: costs about as much as a chunk, so splitting below two chunks a block adds more than it removes
+#: (measured on the H100, benchmarks/probe_records.py: a 12-chunk MobileNetV3 group 14.0 us at KS=8,
+#: 11.2 us at KS=4; a 6-chunk MobileViT group 13.2 us at KS=4, 10.0 us at KS=2; BENCHMARKS.md).
 MAX_CLUSTER_SPLIT = 8
 CLUSTER_FILL = 2
+MIN_SPLIT_CHUNKS = 2
 
 LBL_KINDS = ("dw", "pw", "linear")
 
@@ -275,9 +280,9 @@ def fused_stages(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> int:
 
 def cluster_split(kind: str, ops: Sequence[Op], tile: Tile, batch: int, gpu) -> int:
     """Blocks of a thread-block cluster that share one dw_pw output tile, each reducing every KS-th
-    channel chunk (kernels/fused_dw_pw.cu KS): the largest power of two up to MAX_CLUSTER_SPLIT and
-    the chunk count that keeps the grid within CLUSTER_FILL blocks per SM of `gpu` (a GpuSpec).
-    1 for the other kinds and before compute capability 9.0 (no clusters)."""
+    channel chunk (kernels/fused_dw_pw.cu KS): the largest power of two up to MAX_CLUSTER_SPLIT that
+    leaves every block MIN_SPLIT_CHUNKS chunks and keeps the grid within CLUSTER_FILL blocks per SM of
+    `gpu` (a GpuSpec). 1 for the other kinds and before compute capability 9.0 (no clusters)."""
     if kind != "dw_pw" or int(gpu.compute_capability.split(".")[0]) < 9:
         return 1
     sm_count = gpu.sm_count
@@ -286,7 +291,7 @@ def cluster_split(kind: str, ops: Sequence[Op], tile: Tile, batch: int, gpu) -> 
     blocks = -(-ho // tile.th) * -(-wo // tile.tw) * -(-last.c_out // tile.tf) * batch
     chunks = -(-ops[0].c_in // tile.tc)
     ks = 1
-    while 2 * ks <= min(MAX_CLUSTER_SPLIT, chunks) and 2 * ks * blocks <= CLUSTER_FILL * sm_count:
+    while 2 * ks <= min(MAX_CLUSTER_SPLIT, chunks // MIN_SPLIT_CHUNKS) and 2 * ks * blocks <= CLUSTER_FILL * sm_count:
         ks *= 2
     return ks
 

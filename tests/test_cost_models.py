@@ -11,7 +11,7 @@ of the fused kernels, whatever the storage dtype; the layer-by-layer pw/linear k
 weight matrix in the storage dtype (2 B in fp16), and so does dw_pw its PW weights, packed per
 filter tile as wp[tile][C][TFP] (rows of tf elements rounded up to 16 B, 16-byte aligned).
 Blocks: dw_pw on the H100 splits each output tile's channel chunks over a cluster of KS blocks
-(tiles.cluster_split: the largest power of two <= min(8, chunks) keeping blocks x KS <= 2 x 132).
+(tiles.cluster_split: the largest power of two <= min(8, chunks // 2) keeping blocks x KS <= 2 x 132).
 L1 filtering of fused kernels: of a fused kernel's per-block weight reads Wr only keep =
 max(0.3 Wc, min(Wu, Wr)) reach L2 (Wc = the packed PW weight rows among them, copied around L1;
 the DW filters and biases go through L1 and count only within the floor; Wu = its distinct weight +
@@ -293,8 +293,8 @@ def test_dw_pw_two_filter_tiles():
     # read 320 + 88 = 408 = 13,056 B; write 32 x 8 x 1 = 256 = 8,192 B
     # DRAM 4,096 + 640 + 2,048 + 128 = 6,912
     # FLOPs DW 18,432 + PW 2*16*32*64 = 65,536; the DW runs once per filter tile: redundant 18,432
-    # blocks: nf 2 x nsp 2 = 4, 2 chunks of 8 channels -> cluster split 2 -> 8
-    check(c, 13_056, 8_192, 6_912, 83_968, 18_432, 8)
+    # blocks: nf 2 x nsp 2 = 4; 2 chunks of 8 channels: a split would leave one chunk a block -> 4
+    check(c, 13_056, 8_192, 6_912, 83_968, 18_432, 4)
 
 
 def test_dw_pw_fp16_packed_weights():
@@ -309,7 +309,7 @@ def test_dw_pw_fp16_packed_weights():
     #   Wc = 32 x 2 = 64 -> keep = max(0.3 x 64 = 19.2, min(56, 152)) = 56; read 192 + 56 = 248 = 7,936 B
     # write: 32 planes x 8 rows x 16 B (1 sector) = 256 = 8,192 B
     # DRAM: input 16 x 64 x 2 = 2,048 + DW 640 + PW 1,024 + bias 128 = 3,840
-    check(c, 7_936, 8_192, 3_840, 83_968, 18_432, 8)
+    check(c, 7_936, 8_192, 3_840, 83_968, 18_432, 4)
     # compulsory: PW weights in fp16 (16 x 32 x 2 = 1,024), DW weights and both biases fp32 (576 + 64 + 128)
     assert compulsory("dw_pw", DW_PW, "fp16", 1)["weights"] == 1_024 + 576 + 64 + 128
 
@@ -318,8 +318,8 @@ def test_dw_pw_all_filters():
     c = estimate("dw_pw", DW_PW, Tile(4, 8, 32, 8, 256), "fp32", 1, H100)
     # nf = 1: input 160; per tile 20 + 64 + bias 128 B = 4 -> 88 x 2 = Wr 176, Wu 88
     #   Wc 64 x 2 = 128 -> keep = max(38.4, 88) = 88; read 160 + 88 = 248 = 7,936 B
-    # blocks: nsp 2, cluster split 2 (2 chunks) -> 4
-    check(c, 7_936, 8_192, 6_912, 83_968, 0, 4)
+    # blocks: nsp 2, no cluster split (2 chunks) -> 2
+    check(c, 7_936, 8_192, 6_912, 83_968, 0, 2)
 
 
 def test_dw_pw_batch2_residual():
@@ -327,8 +327,8 @@ def test_dw_pw_batch2_residual():
     # activations per image 320 + residual 256 = 576, x2 = 1,152; Wr 2 x 216 = 432, Wu 88, Wc 2 x 128 = 256
     #   -> keep = max(0.3 x 256 = 76.8, 88) = 88; read 1,240 = 39,680 B; write 16,384 B
     # DRAM 8,192 + 2,816 weights + residual 2*32*64*4 = 16,384 -> 27,392 (a different tensor than the input)
-    # blocks: 2 images x 4, cluster split 2 -> 16
-    check(c, 39_680, 16_384, 27_392, 167_936, 36_864, 16)
+    # blocks: 2 images x 4, no cluster split (2 chunks) -> 8
+    check(c, 39_680, 16_384, 27_392, 167_936, 36_864, 8)
 
 
 # ---------------------------------------------------------------- pw_pw

@@ -148,8 +148,11 @@ def test_cluster_split_fills_the_gpu_without_oversubscribing():
     assert tiles.cluster_split("dw_pw", (d7, p7), t, 8, _Cc("9.0")) == 1  # 320 blocks already
     assert tiles.cluster_split("dw_pw", (d7, p7), t, 1, _Cc("8.0")) == 1  # no clusters before Hopper
     assert tiles.cluster_split("pw_dw", (E7, D7), t, 1, _Cc("9.0")) == 1
-    # never more blocks per cluster than chunks: 960 / 512 -> 2 chunks
-    assert tiles.cluster_split("dw_pw", (d7, p7), Tile(2, 4, 32, 512, 256), 1, _Cc("9.0")) == 2
+    # every block keeps two chunks: 960 / 256 -> 4 chunks -> KS 2; 960 / 512 -> 2 chunks -> no split
+    assert tiles.cluster_split("dw_pw", (d7, p7), Tile(2, 4, 32, 256, 256), 1, _Cc("9.0")) == 2
+    assert tiles.cluster_split("dw_pw", (d7, p7), Tile(2, 4, 32, 512, 256), 1, _Cc("9.0")) == 1
+    # 7 chunks of 144: 2 x 4 = 8 > 7, so 2 (the grid alone would allow 4)
+    assert tiles.cluster_split("dw_pw", (d7, p7), Tile(2, 4, 32, 144, 256), 1, _Cc("9.0")) == 2
 
 
 def test_dw_pw_defines_choose_the_halo_copy_path():

@@ -204,3 +204,14 @@ def test_strided_pointwise_member_refused():
     dw = conv_op("d", "dw", 16, 16, 5, 5, 3, 1)
     reason = tiles.check("pw_dw", (pw, dw), Tile(4, 4, 16, 8, 64), "fp32", GPU)
     assert reason is not None and "stride-1" in reason
+
+
+@pytest.mark.parametrize("ks", [1, 2, 4, 8])
+@pytest.mark.parametrize("dtype,precision", MODES)
+def test_dw_pw_every_cluster_split(ks, dtype, precision, monkeypatch):
+    """The split reduction is right for every cluster size, also with more blocks than chunks (KS 8 over
+    6 chunks: two blocks of each cluster own none), whatever tiles.cluster_split would pick."""
+    dw = conv_op("d", "dw", 45, 45, 15, 13, 3, 1, act="relu6")
+    ops = (dw, conv_op("p", "pw", 45, 37, 15, 13, act=None))  # 45 channels in chunks of 8 -> 6 chunks
+    monkeypatch.setattr(tiles, "cluster_split", lambda kind, *a: ks if kind == "dw_pw" else 1)
+    run_case("dw_pw", ops, Tile(4, 4, 16, 8, 128), dtype, precision, seed=900 + ks, residual=True)
