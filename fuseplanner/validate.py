@@ -36,7 +36,7 @@ from . import ncu as ncu_mod
 from . import report as report_mod
 from . import tiles as tiles_mod
 from .errors import DeviceError, FusePlannerError
-from .ir import Cost, ModelGraph, Op, Tile
+from .ir import Cost, KernelResources, ModelGraph, Op, Tile
 
 #: Relative-error tolerance of a result against the float64 reference, by (dtype, precision).
 TOLERANCE = {("fp32", "fp32"): 1e-5, ("fp32", "tf32"): 2e-3, ("fp16", "fp32"): 1e-2}
@@ -238,9 +238,7 @@ def steps_cost(steps: Iterable[Step], dtype: str, batch: int, gpu: Any, precisio
     return total
 
 
-def predict(item: Item, ctx: Context, model: str = "ours", gpu: Any = None) -> dict[str, Any] | None:
-    """The cost model's prediction for the item's launches, summed; None when a step is infeasible."""
-    total = steps_cost(item.steps, ctx.dtype, ctx.batch, gpu or ctx.gpu, ctx.precision, model)
+def _as_prediction(total: Cost | None) -> dict[str, Any] | None:
     if total is None:
         return None
     d = total.as_dict()
@@ -248,8 +246,16 @@ def predict(item: Item, ctx: Context, model: str = "ours", gpu: Any = None) -> d
     return d
 
 
-def predictions(item: Item, ctx: Context) -> dict[str, dict | None]:
-    out = {"ours": predict(item, ctx, "ours"), "paper": predict(item, ctx, "paper")}
+def predict(item: Item, ctx: Context, model: str = "ours", gpu: Any = None) -> dict[str, Any] | None:
+    """The cost model's prediction for the item's launches, summed; None when a step is infeasible."""
+    return _as_prediction(steps_cost(item.steps, ctx.dtype, ctx.batch, gpu or ctx.gpu, ctx.precision, model))
+
+
+def predictions(item: Item, ctx: Context, ours: Cost | None = None) -> dict[str, dict | None]:
+    """Every model's prediction for the item; `ours` is its cost on `ctx.gpu` when the caller already
+    has it (None: computed here)."""
+    out = {"ours": _as_prediction(ours) if ours is not None else predict(item, ctx, "ours"),
+           "paper": predict(item, ctx, "paper")}
     if ctx.datasheet_gpu is not None:
         out["ours_uncalibrated"] = predict(item, ctx, "ours", ctx.datasheet_gpu)
     return out
@@ -369,14 +375,14 @@ def time_item(prepared: Prepared, ctx: Context) -> dict[str, float]:
     return out
 
 
-def compiled_kernels(prepared: Prepared, item: Item, ctx: Context) -> list[dict[str, Any]]:
+def compiled_kernels(prepared: Prepared, item: Item, ctx: Context,
+                     modelled: Sequence[KernelResources]) -> list[dict[str, Any]]:  # fmt: skip
     """Per launch of the item: its blocks, threads and shared memory, what the compiler gave its kernel
     (registers, local memory: spills) and the blocks per SM these allow on `ctx.gpu`, beside the
-    registers and blocks per SM the cost model assumed (`model_regs`, `model_blocks_per_sm`)."""
+    registers and blocks per SM the cost model assumed (`model_regs`, `model_blocks_per_sm`, from
+    `modelled`: the per-launch resources of the item's cost)."""
     from .cost.time import blocks_per_sm
 
-    total = steps_cost(item.steps, ctx.dtype, ctx.batch, ctx.gpu, ctx.precision)
-    modelled = total.kernels if total is not None else ()
     out = []
     for i, launch in enumerate(prepared.launches):
         if not hasattr(launch, "resources"):
@@ -395,15 +401,17 @@ def _error_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
-def measure_item(cp, item: Item, ctx: Context, index: int) -> tuple[dict, dict | None, str | None]:
-    """(measured, check, error) for one item; kernel errors are recorded, not raised."""
+def measure_item(cp, item: Item, ctx: Context, index: int,
+                 modelled: Sequence[KernelResources] = ()) -> tuple[dict, dict | None, str | None]:  # fmt: skip
+    """(measured, check, error) for one item; kernel errors are recorded, not raised. `modelled`: the
+    cost model's per-launch resources, recorded beside the compiled ones."""
     try:
         case = make_case(item, ctx, ctx.seed + index)
         prepared = Prepared(cp, item, ctx, case)
         chk = check(cp, prepared, item, case, ctx)
         measured = time_item(prepared, ctx)
         try:  # a diagnostic: a driver that cannot report kernel attributes does not void the measurement
-            measured["kernels"] = compiled_kernels(prepared, item, ctx)
+            measured["kernels"] = compiled_kernels(prepared, item, ctx, modelled)
         except (AttributeError, RuntimeError) as exc:
             measured["kernels_error"] = _error_line(exc)
         del prepared
@@ -588,8 +596,9 @@ def validate(graph: ModelGraph, gpu: Any, plan, *, tiles: str = "planned", dtype
         task = bar.add_task("measuring", total=len(items))
         for i, item in enumerate(items):
             bar.update(task, description=f"{item.id:>8} {item.kind:<8}")
-            measured, chk, err = measure_item(cp, item, ctx, i)
-            records.append(_record(item, predictions(item, ctx), measured, chk, err))
+            ours = steps_cost(item.steps, ctx.dtype, ctx.batch, ctx.gpu, ctx.precision)
+            measured, chk, err = measure_item(cp, item, ctx, i, ours.kernels if ours is not None else ())
+            records.append(_record(item, predictions(item, ctx, ours), measured, chk, err))
             bar.advance(task)
     traffic_source, note = _traffic(items, records, ctx, mode, ncu_timeout_s)
     results = {

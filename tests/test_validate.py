@@ -167,8 +167,8 @@ def test_compiled_kernels_beside_the_model():
     launches = [SimpleNamespace(resources=lambda s=s: {
         "blocks": 10, "threads": 256, "smem_bytes": 0, "cluster": 1, "regs": 128, "local_bytes": 0,
         "static_smem_bytes": 0}) for s in unfused.steps]  # fmt: skip
-    got = V.compiled_kernels(SimpleNamespace(launches=launches), unfused, ctx)
     model = V.steps_cost(unfused.steps, "fp32", 1, gpu).kernels
+    got = V.compiled_kernels(SimpleNamespace(launches=launches), unfused, ctx, model)
     assert len(unfused.steps) >= 2
     assert [k["kind"] for k in got] == [s.kind for s in unfused.steps]
     for k, m in zip(got, model, strict=True):
@@ -177,4 +177,4 @@ def test_compiled_kernels_beside_the_model():
         assert (k["blocks_per_sm"], k["limiter"]) == (2, "registers")
         assert (k["model_regs"], k["model_blocks_per_sm"]) == (m.regs_per_thread, m.blocks_per_sm)
     # a launch that cannot say what it was compiled to leaves the record without kernels
-    assert V.compiled_kernels(SimpleNamespace(launches=[lambda: None] * len(launches)), unfused, ctx) == []
+    assert V.compiled_kernels(SimpleNamespace(launches=[lambda: None] * len(launches)), unfused, ctx, model) == []
