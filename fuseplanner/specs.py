@@ -108,6 +108,7 @@ class Hw(NamedTuple):
     fused_w_load: float  # share of a fused kernel's per-block weight reads that its loads cost (time model)
     warp_load: float  # bytes/s one warp's loads bring in (Little's law: bytes in flight / latency)
     warp_exp: tuple[float, float]  # a block of w warps computes at w ** exp times one warp's rate: LBL, fused
+    cluster_sms: int  # SMs whose blocks clusters of CLUSTER_PLACED_MIN or more blocks can use
 
 
 class GpuSpec(BaseModel):
@@ -197,6 +198,11 @@ class GpuSpec(BaseModel):
     fused_block_warp_exponent: float = Field(
         default=KERNEL_RATE_DEFAULTS["fused_block_warp_exponent"], gt=0, le=1,
         description="same for the fused kernels")
+    cluster_sms: int | None = Field(
+        default=None, gt=0,
+        description="SMs that thread-block clusters of 4 or more blocks can use: the scheduler places a "
+        "cluster within one GPC, so the SMs of a GPC beyond its last whole cluster stay idle (None: all; "
+        "measured by benchmarks/probe_placement.py)")
     sources: dict[str, str] = Field(default_factory=dict)
     measured: dict[str, float] = Field(default_factory=dict)
 
@@ -216,6 +222,8 @@ class GpuSpec(BaseModel):
             raise ValueError("smem_per_block_bytes exceeds smem_per_sm_bytes")
         if self.max_threads_per_block > self.max_threads_per_sm:
             raise ValueError("max_threads_per_block exceeds max_threads_per_sm")
+        if self.cluster_sms is not None and self.cluster_sms > self.sm_count:
+            raise ValueError("cluster_sms exceeds sm_count")
         return self
 
     def __hash__(self) -> int:
@@ -246,6 +254,7 @@ class GpuSpec(BaseModel):
             float(e("fused_weight_load_fraction")),
             float(e("warp_load_bytes_per_cycle")) * self.clock_hz,
             (float(e("block_warp_exponent")), float(e("fused_block_warp_exponent"))),
+            self.cluster_sms or self.sm_count,
         )  # fmt: skip
 
     def summary(self) -> dict[str, Any]:

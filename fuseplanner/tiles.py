@@ -35,6 +35,7 @@ import math
 from collections.abc import Sequence
 from functools import lru_cache
 
+from . import registers
 from .ir import Op, Tile, dtype_bytes
 
 #: Buffering depth of streamed chunks (input/weight chunks of PW-like loops).
@@ -43,10 +44,6 @@ STAGES = 2
 ACC_BYTES = 4
 #: Threads-per-block choices.
 THREADS = (64, 128, 256)
-#: Registers a thread needs beyond its accumulators (addresses, loop counters, loaded operands).
-BASE_REGS = 40
-#: Hardware ceiling on registers per thread (all CUDA GPUs since Kepler).
-MAX_REGS_PER_THREAD = 255
 #: Row padding of the pw/linear kernel's shared-memory chunks (kernels/pw.cu XPAD, WPAD).
 PW_XPAD = 8
 PW_KPAD_BYTES = 16
@@ -312,14 +309,9 @@ def fused_shape_reason(kind: str, ops: Sequence[Op]) -> str | None:
     return None
 
 
-def outputs_per_thread(tile: Tile) -> float:
-    """Final outputs each thread accumulates in registers."""
-    return tile.tf * tile.th * tile.tw / tile.threads
-
-
-def regs_per_thread(kind: str, tile: Tile) -> int:
-    """Estimated registers per thread: fp32 accumulators for the thread's outputs plus a fixed base."""
-    return BASE_REGS + math.ceil(outputs_per_thread(tile))
+def regs_per_thread(kind: str, tile: Tile, dtype: str) -> int:
+    """Registers per thread the `kind` kernel of `tile` compiles to (`registers.allocated`)."""
+    return registers.allocated(kind, tile, dtype)
 
 
 def out_channels(kind: str, ops: Sequence[Op]) -> int:
@@ -353,9 +345,10 @@ def check(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, gpu) -> str | No
     smem = smem_bytes(kind, ops, tile, dtype)
     if smem > gpu.smem_per_block_bytes:
         return f"needs {smem} B of shared memory per block, {gpu.name} allows {gpu.smem_per_block_bytes} B"
-    regs = regs_per_thread(kind, tile)
-    if regs > MAX_REGS_PER_THREAD:
-        return f"needs about {regs} registers per thread (limit {MAX_REGS_PER_THREAD})"
+    least = registers.accumulators(tile)
+    if least > registers.MAX_REGS_PER_THREAD:
+        return f"needs about {least} registers per thread (limit {registers.MAX_REGS_PER_THREAD})"
+    regs = regs_per_thread(kind, tile, dtype)
     if regs * tile.threads > gpu.regs_per_sm:
         return f"needs {regs * tile.threads} registers per block, {gpu.name} has {gpu.regs_per_sm} per SM"
     return None
@@ -448,7 +441,12 @@ def feasible_candidates(kind: str, ops: Sequence[Op], dtype: str, gpu) -> list[t
                     if smem > smem_limit:
                         continue
                     for threads in fits:
-                        regs = BASE_REGS + math.ceil(work / threads)  # regs_per_thread
-                        if regs <= MAX_REGS_PER_THREAD and regs * threads <= regs_sm:
-                            append((Tile(th, tw, tf, tc, threads), smem, regs))
+                        least = registers.BASE_REGS + math.ceil(work / threads)  # registers.accumulators
+                        if least > registers.MAX_REGS_PER_THREAD:
+                            continue
+                        tile = Tile(th, tw, tf, tc, threads)
+                        regs = registers.allocated(kind, tile, dtype)
+                        if regs * threads <= regs_sm:
+                            append((tile, smem, regs))
     return out
+

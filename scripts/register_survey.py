@@ -60,7 +60,7 @@ def main() -> int:
     for (st, dtype, _), got in zip(jobs.values(), regs, strict=True):
         if got is None:
             continue
-        est = tiles.regs_per_thread(st.kind, st.tile)
+        est = tiles.regs_per_thread(st.kind, st.tile, dtype)
         smem = tiles.smem_bytes(st.kind, st.ops, st.tile, dtype)
         rows.append({"kind": st.kind, "dtype": dtype, "tile": str(st.tile), "allocated": got, "estimated": est,
                      "bps_estimated": blocks_per_sm(smem, st.tile.threads, est, hw)[0],

@@ -85,9 +85,9 @@ def _base_text() -> str:
 
 
 def test_user_file_by_path(tmp_path):
-    p = _write(tmp_path, _base_text().replace("sm_count = 132", "sm_count = 114"))
+    p = _write(tmp_path, _base_text().replace("sm_count = 132", "sm_count = 114").replace("cluster_sms = 120", "cluster_sms = 104"))
     s = gpu(str(p))
-    assert s.name == "mygpu" and s.sm_count == 114
+    assert s.name == "mygpu" and s.sm_count == 114 and s.hw.cluster_sms == 104
 
 
 @pytest.mark.parametrize(
@@ -99,6 +99,7 @@ def test_user_file_by_path(tmp_path):
         ("dram_bw_bytes_per_s = 3.009e12", "dram_bandwidth = 3.009e12", "measured.dram_bandwidth"),
         ("sm_count = 132\n", "", "sm_count"),
         ("smem_per_block_bytes = 232448", "smem_per_block_bytes = 999999", "smem_per_block_bytes exceeds"),
+        ("cluster_sms = 120", "cluster_sms = 133", "cluster_sms exceeds"),
     ],
 )
 def test_invalid_file_names_the_field(tmp_path, old, new, field):

@@ -60,7 +60,7 @@ def test_feasible_candidates_are_the_grid_tiles_check_accepts(group, dtype, spec
     assert [t for t, _, _ in got] == want == tiles.candidates(kind, ops, dtype, spec)
     for t, smem, regs in got:
         assert smem == tiles.smem_bytes(kind, ops, t, dtype)
-        assert regs == tiles.regs_per_thread(kind, t)
+        assert regs == tiles.regs_per_thread(kind, t, dtype)
 
 
 @SETTINGS

@@ -19,6 +19,7 @@ from ..specs import gpu as _gpu
 from . import paper
 from .layers import VIEW_OPS, stream_cost
 from .model import (
+    CLUSTER_PLACED_MIN,
     MEMBERS,
     PRECISIONS,
     context,
@@ -157,7 +158,8 @@ def best_tile(
         dram = dram_r + dram_w
         if not by_time and not by_gma and best is not None and dram > best[0]:
             continue
-        t = kernel_time(w, dram_r + dram_w, bps, threads, hw, mma, rates, depth)
+        t = kernel_time(w, dram_r + dram_w, bps, threads, hw, mma, rates, depth,
+                        hw.cluster_sms if ks >= CLUSTER_PLACED_MIN else sms)  # fmt: skip
         r = (t if by_time else gma if by_gma else dram, t, gma, dram)
         if best is None or r < best:
             best, best_i = r, i
@@ -176,7 +178,7 @@ def _estimate_paper(
     r, w = r * e, w * e
     hw = spec.hw
     smem = tiles.smem_bytes(kind, ops, tile, dtype)
-    regs = tiles.regs_per_thread(kind, tile)
+    regs = tiles.regs_per_thread(kind, tile, dtype)
     bps, _ = blocks_per_sm(smem, tile.threads, regs, hw)
     last = gs[-1]
     nsp = -(-last.ho // tile.th) * (1 if last.tokens_major else -(-last.wo // tile.tw))

@@ -42,6 +42,9 @@ MODELS: dict[str, type[KernelModel]] = {
 PIPELINE_DEPTH = {"pw": tiles.PW_STAGES - 1, "linear": tiles.PW_STAGES - 1}
 
 PRECISIONS = ("fp32", "tf32")
+#: Cluster size from which a launch can use only the spec's `cluster_sms` SMs (measured on a GH100 with
+#: benchmarks/probe_placement.py: clusters of 2 used all 132 SMs, clusters of 4 and 8 at most 120-124).
+CLUSTER_PLACED_MIN = 4
 
 
 @lru_cache(maxsize=4096)
@@ -113,11 +116,13 @@ def scheduled(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, batch: int
               w: Work) -> tuple[Work, int, int]:  # fmt: skip
     """(`w` as the launch schedules it, chunk loads a block keeps in flight, cluster split). A dw_pw
     cluster split (`tiles.cluster_split`) multiplies the blocks and divides each block's chain of
-    chunks; the bytes and FLOPs stay. Depth: the cp.async ring's stages - 1 (pw/linear and the fused kinds; 1 for a one-stage
+    chunks, plus one step for the reduction after the loop (a cluster barrier and the partial tiles
+    read over distributed shared memory: about one chunk, benchmarks/probe_records.py); the bytes and
+    FLOPs stay. Depth: the cp.async ring's stages - 1 (pw/linear and the fused kinds; 1 for a one-stage
     ring, whose one chunk in flight does not overlap the math), else 1."""
     ks = tiles.cluster_split(kind, ops, tile, batch, gpu)
     if ks > 1:
-        w = w._replace(blocks=w.blocks * ks, iters=cdiv(w.iters, ks))
+        w = w._replace(blocks=w.blocks * ks, iters=cdiv(w.iters, ks) + 1)
     if kind in tiles.FUSED_KINDS:
         return w, max(1, tiles.fused_stages(kind, ops, tile, dtype) - 1), ks
     return w, PIPELINE_DEPTH.get(kind, 1), ks
@@ -151,7 +156,7 @@ def estimate_ours(
         return Cost(feasible=False, reason=f"{kind} {tile}: {reason}")
     hw = gpu.hw
     smem = tiles.smem_bytes(kind, ops, tile, dtype)
-    regs = tiles.regs_per_thread(kind, tile)
+    regs = tiles.regs_per_thread(kind, tile, dtype)
     bps, limiter = blocks_per_sm(smem, tile.threads, regs, hw)
     if bps < 1:
         return Cost(feasible=False, reason=f"{kind} {tile}: no block fits on an SM ({limiter})")
@@ -160,7 +165,8 @@ def estimate_ours(
     conc = hw.sm_count * bps
     dram_r, dram_w = dram_traffic(w, conc, hw)
     rates = warp_rates(kind, dtype, precision, hw)
-    t = kernel_time(w, dram_r + dram_w, bps, tile.threads, hw, mma_rate(dtype, precision, hw), rates, depth)
+    sms = hw.cluster_sms if ks >= CLUSTER_PLACED_MIN else hw.sm_count
+    t = kernel_time(w, dram_r + dram_w, bps, tile.threads, hw, mma_rate(dtype, precision, hw), rates, depth, sms)
     res = KernelResources(
         kind=kind, smem_bytes=smem, threads=tile.threads, regs_per_thread=regs, blocks=w.blocks,
         blocks_per_sm=bps, waves=w.blocks / conc, occupancy=bps * tile.threads / hw.max_threads_per_sm,

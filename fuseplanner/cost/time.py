@@ -5,7 +5,9 @@ time = launch + sum over waves of  max(iters * latency / depth + memory + own co
 - launch: `launch_overhead_s`, the cost of an empty timed region (measured by `fuseplanner calibrate`:
   3.7 us on the H100 with L2 flushed): the floor under any kernel.
 - waves: blocks run in waves of sm_count * blocks_per_sm; the last, partial wave runs
-  ceil(rest / sm_count) blocks on min(rest, sm_count) SMs (wave quantisation).
+  ceil(rest / sm_count) blocks on min(rest, sm_count) SMs (wave quantisation). A launch of thread-block
+  clusters of 4 or more blocks gets only the `cluster_sms` SMs that whole clusters fill (the scheduler
+  keeps a cluster within one GPC; 120 of the 132 SMs of a GH100), so its waves hold fewer blocks.
 - latency: every block runs a serial loop of `iters` chunk iterations, each waiting for one global
   load (`mem_latency_s`); depth = chunk loads a block keeps in flight (the stages of a cp.async ring
   less one: PW_STAGES - 1 for pw/linear, `tiles.fused_stages` - 1 for the fused kernels; 1 for dw).
@@ -78,10 +80,11 @@ def _wave(per_sm: int, active: int, c_blk: float, mem_blk: float, t_own: float, 
 
 
 def kernel_time(w: Work, dram_bytes: float, bps: int, threads: int, hw: Hw, mma: float,
-                rates: tuple[float, float, float, float], depth: int = 1) -> float:  # fmt: skip
+                rates: tuple[float, float, float, float], depth: int = 1, sms: int = 0) -> float:  # fmt: skip
     """Predicted seconds of one launch (see the module docstring); `mma` is the SM-peak rate of the
-    PW products, `rates` the (DW, PW) FLOP/s of one warp and the warp exponent (`warp_rates`)."""
-    sms = hw.sm_count
+    PW products, `rates` the (DW, PW) FLOP/s of one warp and the warp exponent (`warp_rates`); `sms`
+    the SMs the launch can use (0: all; `hw.cluster_sms` for a launch of large clusters)."""
+    sms = sms or hw.sm_count
     full, rest = divmod(w.blocks, sms * bps)
     nb = float(w.blocks)
     mem_blk = max(((w.req_read or w.gma_read) + w.gma_write) / hw.l2_bw, dram_bytes / hw.dram_bw) / nb

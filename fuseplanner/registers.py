@@ -1,0 +1,71 @@
+"""Registers per thread that fuseplanner's kernels compile to, the input of the occupancy model.
+
+The CUDA compiler, not the tile, decides a kernel's registers: it keeps the fp32 accumulators of a
+thread's outputs, but also unrolled stencil taps, staged operands, tensor-core fragments and the
+cluster reduction's addresses, up to the 255-register ceiling. An estimate of accumulators plus a
+fixed base (`accumulators`) missed by 19 registers in median and overstated the blocks per SM of 824
+of 1,970 launches on the H100 (a 256-thread exact-fp32 DW->PW block compiles to about 114 registers,
+two blocks per SM, not five). `COMPILED` holds what the compiler allocates, per kernel kind and
+storage dtype: a base per block size plus a slope per accumulated output, fitted by
+`scripts/register_fit.py` to the registers CuPy's NVRTC allocated to every launch of
+docs/validation/split-2026-11-23 (sm_90; `fuseplanner validate` records them in
+`measured.kernels`). With it the implied blocks per SM match 1,628 of the 1,970 launches.
+
+The table describes these kernels and this compiler generation: refit it after a kernel change.
+Kinds and dtypes it lacks fall back to `accumulators`. TF32 shares the exact-fp32 row (the
+validation runs measured exact fp32 only).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from .ir import Tile
+
+#: Registers a thread needs beyond its accumulators in the fallback estimate.
+BASE_REGS = 40
+#: Hardware ceiling on registers per thread (all CUDA GPUs since Kepler).
+MAX_REGS_PER_THREAD = 255
+
+#: (kind, storage dtype) -> (registers per output a thread accumulates, {threads per block: base}).
+COMPILED: dict[tuple[str, str], tuple[float, dict[int, int]]] = {
+    ("dw", "fp16"): (0.21, {64: 32, 128: 32, 256: 34}),
+    ("dw", "fp32"): (0.0, {64: 32, 128: 32, 256: 34}),
+    ("dw_pw", "fp16"): (1.04, {64: 76, 128: 68, 256: 73}),
+    ("dw_pw", "fp32"): (1.14, {64: 88, 128: 78, 256: 111}),
+    ("linear", "fp16"): (2.0, {64: 46, 128: 46, 256: 46}),
+    ("linear", "fp32"): (2.0, {64: 62, 128: 62, 256: 62}),
+    ("pw", "fp16"): (1.52, {64: 70, 128: 70, 256: 52}),
+    ("pw", "fp32"): (1.32, {64: 39, 128: 39, 256: 60}),
+    ("pw_dw", "fp16"): (0.18, {64: 66, 128: 57, 256: 56}),
+    ("pw_dw", "fp32"): (0.12, {64: 62, 128: 64, 256: 64}),
+    ("pw_dw_pw", "fp16"): (1.43, {64: 77, 128: 54, 256: 63}),
+    ("pw_dw_pw", "fp32"): (1.43, {64: 63, 128: 64, 256: 57}),
+    ("pw_pw", "fp16"): (2.0, {64: 67, 128: 69, 256: 69}),
+    ("pw_pw", "fp32"): (1.13, {64: 55, 128: 59, 256: 50}),
+}
+
+
+def outputs_per_thread(tile: Tile) -> float:
+    """Final outputs each thread accumulates in registers."""
+    return tile.tf * tile.th * tile.tw / tile.threads
+
+
+def accumulators(tile: Tile) -> int:
+    """The least a thread can run with: one register per accumulated output plus BASE_REGS. A tile
+    over MAX_REGS_PER_THREAD by this count cannot run at all (`tiles.check`)."""
+    return BASE_REGS + math.ceil(outputs_per_thread(tile))
+
+
+def allocated(kind: str, tile: Tile, dtype: str, table: Mapping = COMPILED) -> int:
+    """Registers per thread the compiler allocates to the `kind` kernel of `tile` in `dtype` storage
+    (`table` row; `accumulators` where it has none), at most MAX_REGS_PER_THREAD."""
+    row = table.get((kind, dtype))
+    if row is None:
+        return min(MAX_REGS_PER_THREAD, accumulators(tile))
+    slope, base = row
+    b = base.get(tile.threads)
+    if b is None:
+        b = sorted(base.values())[len(base) // 2]
+    return min(MAX_REGS_PER_THREAD, math.ceil(b + slope * outputs_per_thread(tile)))

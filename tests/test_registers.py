@@ -1,0 +1,121 @@
+"""The compiled-register table (fuseplanner.registers), its use in feasibility and occupancy, the
+cluster placement limit of the time model (spec cluster_sms), and scripts/register_fit.py."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from opfactory import dw, pw
+
+from fuseplanner import registers, tiles
+from fuseplanner.cost import estimate
+from fuseplanner.cost import model as cost_model
+from fuseplanner.cost.time import blocks_per_sm, kernel_time
+from fuseplanner.cost.work import Work
+from fuseplanner.ir import Tile
+from fuseplanner.specs import GpuSpec, gpu
+
+H100 = gpu("h100")
+
+
+def test_allocated_from_the_table_by_hand():
+    # dw_pw fp32, 256 threads: base 111 + 1.14 x (128 x 1 x 4 / 256 = 2 outputs) = 113.28 -> 114
+    assert registers.allocated("dw_pw", Tile(1, 4, 128, 32, 256), "fp32") == 114
+    # the same tile in fp16: 73 + 1.04 x 2 = 75.08 -> 76
+    assert registers.allocated("dw_pw", Tile(1, 4, 128, 32, 256), "fp16") == 76
+    # dw fp32 at 128 threads: 32 + 0 x outputs
+    assert registers.allocated("dw", Tile(8, 8, 8, 8, 128), "fp32") == 32
+    # 64-thread dw_pw fp32 of 196 outputs a thread: 88 + 1.14 x 196 = 311 -> the 255 ceiling
+    assert registers.allocated("dw_pw", Tile(7, 7, 256, 8, 64), "fp32") == 255
+
+
+def test_allocated_falls_back_to_the_accumulators():
+    t = Tile(4, 8, 32, 8, 128)  # 8 outputs a thread
+    assert registers.allocated("dw_pw", t, "fp32", table={}) == 40 + 8 == registers.accumulators(t)
+    # a thread count the row lacks takes the middle base of the row
+    row = {("pw", "fp32"): (1.0, {64: 30, 128: 50, 256: 70})}
+    assert registers.allocated("pw", Tile(4, 8, 32, 8, 512), "fp32", table=row) == 50 + 2
+
+
+def test_occupancy_uses_the_compiled_registers():
+    # a 256-thread exact-fp32 DW->PW block: 114 registers -> 114 x 32 = 3,648 -> 3,840 a warp (units of
+    # 256) x 8 warps = 30,720 a block: 2 blocks per SM (the accumulator estimate, 42, allowed 3, where
+    # shared memory limits it)
+    ops = (dw(960, 7, 7), pw(960, 160, 7, 7))
+    t = Tile(1, 4, 128, 32, 256)
+    c = estimate("dw_pw", ops, t, "fp32", 1, H100)
+    k = c.kernels[0]
+    assert (k.regs_per_thread, k.blocks_per_sm) == (114, 2)
+    assert blocks_per_sm(k.smem_bytes, 256, registers.accumulators(t), H100.hw) == (3, "shared memory")
+
+
+def test_feasibility_rejects_by_accumulators_with_reason():
+    ops = (dw(64, 112, 112), pw(64, 256, 112, 112))
+    t = Tile(32, 32, 32, 8, 64)  # 32 x 32 x 32 / 64 = 512 outputs a thread: 552 registers of accumulators
+    why = tiles.check("dw_pw", ops, t, "fp32", H100)
+    assert why is not None and "552 registers" in why and "limit 255" in why
+    assert not estimate("dw_pw", ops, t, "fp32", 1, H100).feasible
+
+
+def _work(blocks: int) -> Work:
+    return Work(gma_read=1e6, gma_write=1e5, in_unique=1e6, w_unique=1e4, res_unique=0.0, out_unique=1e5,
+                in_img=1e6, out_img=1e5, useful_flops=1e8, cuda_flops=1e7, mma_flops=1e8, iters=4,
+                blocks=blocks, nf=1, nsp=blocks)  # fmt: skip
+
+
+def test_cluster_launch_waves_on_the_cluster_sms():
+    hw = H100.hw
+    rates = (1e10, 2e10, 0.8, 1e10)
+    args = (2, 256, hw, 1e14, rates, 2)
+    # 256 blocks at 2 per SM: one wave on 132 SMs (264 slots), two on the 120 SMs clusters reach (240)
+    one = kernel_time(_work(256), 1e6, *args)
+    two = kernel_time(_work(256), 1e6, *args, sms=hw.cluster_sms)
+    assert hw.cluster_sms == 120
+    assert two > 1.5 * (one - hw.launch) + hw.launch
+    # 224 blocks fit one wave either way: only the memory share of fewer SMs differs
+    assert kernel_time(_work(224), 1e6, *args, sms=120) == pytest.approx(kernel_time(_work(224), 1e6, *args), rel=0.1)
+
+
+def test_split_reduction_adds_one_step_and_large_clusters_use_cluster_sms(monkeypatch):
+    ops = (dw(960, 7, 7), pw(960, 160, 7, 7))
+    t = Tile(1, 4, 128, 32, 256)  # 14 spatial x 2 filter tiles = 28 blocks, 30 chunks -> KS 8 (224 blocks)
+    assert tiles.cluster_split("dw_pw", ops, t, 1, H100) == 8
+    km = cost_model.context("dw_pw", ops, "fp32")
+    w0 = km.work(t, 1, False)
+    w, _, ks = cost_model.scheduled("dw_pw", ops, t, "fp32", 1, H100, w0)
+    assert (ks, w.blocks, w.iters) == (8, 224, -(-w0.iters // 8) + 1)  # ceil(30 / 8) + 1 = 5
+    # 16 x 4 spatial tiles x 1 filter tile = 64 blocks, 8 chunks -> KS 4: 256 blocks at 2 per SM, one
+    # wave on 132 SMs, two on the 120 that clusters of 4 reach
+    ops = (dw(64, 16, 16), pw(64, 64, 16, 16))
+    t = Tile(1, 4, 64, 8, 256)
+    c = estimate("dw_pw", ops, t, "fp32", 1, H100)
+    assert (c.kernels[0].blocks, c.kernels[0].blocks_per_sm) == (256, 2)
+    all_sms = GpuSpec.model_validate({**H100.model_dump(), "cluster_sms": None})
+    assert all_sms.hw.cluster_sms == 132
+    assert c.time_s > 1.3 * estimate("dw_pw", ops, t, "fp32", 1, all_sms).time_s
+
+
+def _load_script():
+    path = Path(__file__).resolve().parents[1] / "scripts" / "register_fit.py"
+    spec = importlib.util.spec_from_file_location("register_fit", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_register_fit_recovers_a_linear_table():
+    fit = _load_script()
+    rows = []
+    for n, base in ((64, 60), (128, 70), (256, 90)):
+        for tf in (8, 16, 32, 64, 128):
+            t = Tile(4, 8, tf, 8, n)
+            opt = tf * 32 / n
+            rows.append({"kind": "pw", "dtype": "fp16", "tile": t, "regs": round(base + 1.5 * opt),
+                         "smem": 4096, "bps": 1, "key": (str(t), n)})  # fmt: skip
+    rows.append({"kind": "pw", "dtype": "fp16", "tile": Tile(32, 32, 64, 8, 64), "regs": 255, "smem": 4096,
+                 "bps": 1, "key": ("capped",)})  # left out: the compiler's ceiling, not the slope  # fmt: skip
+    slope, base = fit.fit(rows)[("pw", "fp16")]
+    assert slope == pytest.approx(1.5, abs=0.02)
+    assert base == {64: 60, 128: 70, 256: 90}
