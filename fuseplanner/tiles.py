@@ -31,7 +31,6 @@ Kernel layouts (NCHW, one image per block in grid z; see kernels/*.cu):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -441,10 +440,9 @@ def feasible_candidates(kind: str, ops: Sequence[Op], dtype: str, gpu) -> list[t
                     if smem > smem_limit:
                         continue
                     for threads in fits:
-                        least = registers.BASE_REGS + math.ceil(work / threads)  # registers.accumulators
-                        if least > registers.MAX_REGS_PER_THREAD:
-                            continue
                         tile = Tile(th, tw, tf, tc, threads)
+                        if registers.accumulators(tile) > registers.MAX_REGS_PER_THREAD:
+                            continue
                         regs = registers.allocated(kind, tile, dtype)
                         if regs * threads <= regs_sm:
                             append((tile, smem, regs))

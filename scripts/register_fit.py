@@ -51,8 +51,8 @@ def fit(rows: list[dict]) -> dict:
     cells = defaultdict(dict)
     for r in rows:
         if r["regs"] < 255:
-            cells[(r["kind"], r["dtype"])][r["key"]] = (r["tile"].threads, r["tile"].tf * r["tile"].th * r["tile"].tw
-                                                        / r["tile"].threads, r["regs"])  # fmt: skip
+            cells[(r["kind"], r["dtype"])][r["key"]] = (r["tile"].threads, registers.outputs_per_thread(r["tile"]),
+                                                        r["regs"])  # fmt: skip
     table = {}
     for key, kernels in sorted(cells.items()):
         a = np.array(list(kernels.values()), float)

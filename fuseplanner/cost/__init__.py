@@ -19,7 +19,6 @@ from ..specs import gpu as _gpu
 from . import paper
 from .layers import VIEW_OPS, stream_cost
 from .model import (
-    CLUSTER_PLACED_MIN,
     MEMBERS,
     PRECISIONS,
     context,
@@ -27,6 +26,7 @@ from .model import (
     dram_traffic,
     estimate_ours,
     l1_filtered,
+    launch_sms,
     scheduled,
 )
 from .time import blocks_per_sm, kernel_time, mma_rate, warp_rates
@@ -158,8 +158,7 @@ def best_tile(
         dram = dram_r + dram_w
         if not by_time and not by_gma and best is not None and dram > best[0]:
             continue
-        t = kernel_time(w, dram_r + dram_w, bps, threads, hw, mma, rates, depth,
-                        hw.cluster_sms if ks >= CLUSTER_PLACED_MIN else sms)  # fmt: skip
+        t = kernel_time(w, dram_r + dram_w, bps, threads, hw, mma, rates, depth, launch_sms(ks, hw))
         r = (t if by_time else gma if by_gma else dram, t, gma, dram)
         if best is None or r < best:
             best, best_i = r, i

@@ -47,6 +47,11 @@ PRECISIONS = ("fp32", "tf32")
 CLUSTER_PLACED_MIN = 4
 
 
+def launch_sms(ks: int, hw: Hw) -> int:
+    """SMs a launch of clusters of `ks` blocks can use (`hw.cluster_sms` from CLUSTER_PLACED_MIN on)."""
+    return hw.cluster_sms if ks >= CLUSTER_PLACED_MIN else hw.sm_count
+
+
 @lru_cache(maxsize=4096)
 def context(kind: str, ops: tuple[Op, ...], dtype: str) -> KernelModel:
     """The validated kernel model of a group (cached per group: it memoises its tile sub-results)."""
@@ -165,8 +170,8 @@ def estimate_ours(
     conc = hw.sm_count * bps
     dram_r, dram_w = dram_traffic(w, conc, hw)
     rates = warp_rates(kind, dtype, precision, hw)
-    sms = hw.cluster_sms if ks >= CLUSTER_PLACED_MIN else hw.sm_count
-    t = kernel_time(w, dram_r + dram_w, bps, tile.threads, hw, mma_rate(dtype, precision, hw), rates, depth, sms)
+    t = kernel_time(w, dram_r + dram_w, bps, tile.threads, hw, mma_rate(dtype, precision, hw), rates, depth,
+                    launch_sms(ks, hw))  # fmt: skip
     res = KernelResources(
         kind=kind, smem_bytes=smem, threads=tile.threads, regs_per_thread=regs, blocks=w.blocks,
         blocks_per_sm=bps, waves=w.blocks / conc, occupancy=bps * tile.threads / hw.max_threads_per_sm,
