@@ -124,6 +124,13 @@ __device__ __forceinline__ void cp_async(void* smem, const void* gmem, bool pred
         asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(s), "l"(gmem), "n"(BYTES), "r"(n));
     }
 }
+// Copy CP (4 or 8) bytes of which the first `n` (0 <= n <= CP) are read from global memory and the rest
+// zero-filled (cp.async's source size; `gmem` must be a valid address even when n is 0).
+template <int CP>
+__device__ __forceinline__ void cp_async_bytes(void* smem, const void* gmem, int n) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(s), "l"(gmem), "n"(CP), "r"(n));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }

@@ -378,6 +378,59 @@ __device__ __forceinline__ void copy_halo(T* dst, const T* __restrict__ xb, int 
     }
 }
 
+// fp16 halo windows of a map with an odd W (XA = 2), whose rows alternate between 4-byte-aligned and
+// unaligned starts: each thread copies whole rows (rows k >= Tc, channels >= C and rows outside the map
+// zero-filled) with 4-byte cp.async from the aligned element at or before the window's first column
+// ix0 (row shift s = 0 or 1: staged column j holds map column ix0 - s + j until `fix_halo_rows`). A
+// pair holding map columns W - 1 and W copies 2 bytes (cp.async zero-fills the rest); a pair holding
+// columns -1 and 0 copies both, column -1 (the row before) is zeroed by `fix_halo_rows`. Nothing is read
+// outside the tensor: a row's pairs never pass its last element, and column -1 exists whenever its pair
+// is aligned, since x itself is 4-byte aligned.
+__device__ __forceinline__ int halo_row_shift(const T* p) { return (int)((reinterpret_cast<size_t>(p) >> 1) & 1); }
+
+template <int Rows, int Tc, int Hh, int Wwa, int Kstride>
+__device__ __forceinline__ void copy_halo_rows(T* dst, const T* __restrict__ xb, int c0, int C, int H, int W, int iy0,
+                                               int ix0) {
+    static_assert(Wwa % 2 == 0, "rows are staged as whole pairs");
+    for (int r = threadIdx.x; r < Rows * Hh; r += THREADS) {
+        const int k = r / Hh, yy = r - (r / Hh) * Hh, c = c0 + k, gy = iy0 + yy;
+        const bool ok = k < Tc && c < C && gy >= 0 && gy < H;
+        const T* row = xb + ((long long)c * H + gy) * W;
+        const int s = ok ? halo_row_shift(row + ix0) : 0;
+        T* d = dst + k * Kstride + yy * Wwa;
+#pragma unroll
+        for (int u = 0; u < Wwa / 2; ++u) {
+            const int gx = ix0 - s + 2 * u;
+            const bool lo = gx >= 0 && gx < W, hi = gx + 1 >= 0 && gx + 1 < W;
+            const int n = ok ? (hi ? 4 : (lo ? 2 : 0)) : 0;
+            cp_async_bytes<4>(d + 2 * u, n ? row + gx : xb, n);
+        }
+    }
+}
+
+// After this thread's `copy_halo_rows` copies have landed (same thread, same rows, before the barrier
+// that publishes them): shift rows with s = 1 left by one and zero columns outside the map, so staged
+// column j holds map column ix0 + j (0 outside the map) for j < Wneed.
+template <int Rows, int Tc, int Hh, int Wwa, int Kstride, int Wneed>
+__device__ __forceinline__ void fix_halo_rows(T* dst, const T* __restrict__ xb, int c0, int C, int H, int W, int iy0,
+                                              int ix0) {
+    static_assert(Wneed < Wwa, "a shifted row needs one spare staged column");
+    for (int r = threadIdx.x; r < Rows * Hh; r += THREADS) {
+        const int k = r / Hh, yy = r - (r / Hh) * Hh, c = c0 + k, gy = iy0 + yy;
+        if (!(k < Tc && c < C && gy >= 0 && gy < H)) continue;
+        const int s = halo_row_shift(xb + ((long long)c * H + gy) * W + ix0);
+        if (s == 0 && ix0 >= 0) continue;  // aligned and no column left of the map: staged as is
+        T* d = dst + k * Kstride + yy * Wwa;
+#pragma unroll
+        for (int j = 0; j < Wneed; ++j) {
+            const int gx = ix0 + j;
+            const T v = d[j + s];
+            if (gx >= 0 && gx < W) d[j] = v;
+            else from_f(d[j], 0.f);
+        }
+    }
+}
+
 // Element i of a chunk's halo windows for register staging (when 4-byte copies cannot serve the rows):
 // channel c0 + i / Kn, staged position n = i % Kn (row n / Wwa, map column xs0 + n % Wwa); 0 outside
 // the map, past C and for n >= Nvalid.

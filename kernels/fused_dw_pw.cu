@@ -10,7 +10,9 @@
 // Pipeline: a STAGES-deep shared-memory ring filled with cp.async runs STAGES - 1 chunks ahead (two
 // barriers per chunk; STAGES = 1 copies after the math, fused_common.cuh). The halo goes through
 // cp.async in 4-byte units when XA = 1 (fp32 elements; fp16 pairs, the window starting at an even
-// column so pairs never straddle the map border, which needs an even W); with XA = 0 it is
+// column so pairs never straddle the map border, which needs an even W); XA = 2 (fp16, odd W): 4-byte
+// cp.async of whole rows from each row's aligned start, realigned by the copying thread once they land
+// (copy_halo_rows / fix_halo_rows, fused_common.cuh); with XA = 0 (x not 4-byte aligned) it is
 // prefetched through registers one chunk ahead instead.
 //
 // Split reduction (KS > 1): the KS blocks of a thread-block cluster (__cluster_dims__(KS, 1, 1),
@@ -28,6 +30,7 @@
 #ifndef XA
 #define XA 1
 #endif
+static_assert(XA != 2 || T_HALF, "row-aligned halo copies are the fp16 path");
 
 constexpr int E = (int)sizeof(T);
 constexpr int HH = (TH - 1) * SH + (KH - 1) * DLH + 1;
@@ -78,7 +81,7 @@ fused_dw_pw(const T* __restrict__ x, const float* __restrict__ w1, const float* 
     const int oy0 = (tile / tiles_w) * TH, ox0 = (tile % tiles_w) * TW;
     const int fb = blockIdx.y, f0 = fb * TF, b = blockIdx.z;
     const int iy0 = oy0 * SH - pt, ix0 = ox0 * SW - pl;
-    const int xoff = T_HALF ? (ix0 & 1) : 0;   // staged column j holds map column xs0 + j
+    const int xoff = T_HALF && XA != 2 ? (ix0 & 1) : 0;   // staged column j holds map column xs0 + j
     const int xs0 = ix0 - xoff;
     const T* xb = x + (long long)b * C * H * W;
     const T* wpb = wp + (long long)fb * C * TFP;
@@ -95,12 +98,14 @@ fused_dw_pw(const T* __restrict__ x, const float* __restrict__ w1, const float* 
         const int c0 = chunk0(i);
         copy_dw_params<TC, KK, HAS_B1>(wd_of(s), w1, b1, c0, C);
         copy_packed_rows<TFP, KP, TC, LDW>(ws_of(s), wpb, wp, c0, C);
-#if XA
+#if XA == 1
         copy_halo<TC, TC, HH, WWA, WIN>(xw_of(s), xb, c0, C, H, W, iy0, xs0);
+#elif XA == 2
+        copy_halo_rows<TC, TC, HH, WWA, WIN>(xw_of(s), xb, c0, C, H, W, iy0, xs0);
 #endif
     };
 
-#if !XA
+#if XA == 0
     // Register prefetch of the halo window (one chunk ahead), for rows that 4-byte copies cannot serve.
     auto hp = reg_prefetch<TC * WIN>(
         [&](int i, int c) { return halo_elem<WIN, WIN, WWA>(i, xb, c, C, H, W, iy0, xs0); });
@@ -114,13 +119,16 @@ fused_dw_pw(const T* __restrict__ x, const float* __restrict__ w1, const float* 
     for (int i = 0; i < nk; ++i) {
         const int s = i % STAGES, c0 = chunk0(i);
         ring_wait<STAGES>();
-#if !XA
+#if XA == 2
+        fix_halo_rows<TC, TC, HH, WWA, WIN, WW>(xw_of(s), xb, c0, C, H, W, iy0, xs0);
+#endif
+#if XA == 0
         T* xwp = xw_of(s);
         hp.put(c0, [&](int t, float v) { from_f(xwp[t], v); });
 #endif
         __syncthreads();
         ring_next<STAGES>(i, nk, issue);
-#if !XA
+#if XA == 0
         if (i + 1 < nk) hp.load(chunk0(i + 1));
 #endif
         const T* xw = xw_of(s);

@@ -11,7 +11,9 @@
 // Pipeline: a STAGES-deep cp.async ring of (halo window, PW weights) runs STAGES - 1 chunks ahead
 // (STAGES = 1: after the math, fused_common.cuh);
 // the DW weights and biases are copied with the first chunk. The halo goes through 4-byte cp.async
-// when XA = 1 (fp32 elements; fp16 pairs from an even column, which needs an even W), else it is
+// when XA = 1 (fp32 elements; fp16 pairs from an even column, which needs an even W); XA = 2 (fp16, odd
+// W): 4-byte cp.async of whole rows from each row's aligned start, realigned by the copying thread
+// once they land (copy_halo_rows / fix_halo_rows, fused_common.cuh); XA = 0 (x not 4-byte aligned):
 // prefetched through registers one chunk ahead.
 //
 // Defines: T_HALF PREC THREADS TH TW TF TC KH KW SH SW DLH DLW ACT1 ACT2 HAS_B1 HAS_B2 HAS_RES
@@ -21,6 +23,7 @@
 #ifndef XA
 #define XA 1
 #endif
+static_assert(XA != 2 || T_HALF, "row-aligned halo copies are the fp16 path");
 
 constexpr int E = (int)sizeof(T);
 constexpr int HH = (TH - 1) * SH + (KH - 1) * DLH + 1;
@@ -51,7 +54,7 @@ fused_pw_dw(const T* __restrict__ x, const T* __restrict__ wp, const float* __re
     const int oy0 = (blockIdx.x / tiles_w) * TH, ox0 = (blockIdx.x % tiles_w) * TW;
     const int fb = blockIdx.y, f0 = fb * TF, b = blockIdx.z;
     const int iy0 = oy0 * SH - pt, ix0 = ox0 * SW - pl;
-    const int xoff = T_HALF ? (ix0 & 1) : 0;   // staged column j holds map column xs0 + j
+    const int xoff = T_HALF && XA != 2 ? (ix0 & 1) : 0;   // staged column j holds map column xs0 + j
     const int xs0 = ix0 - xoff;
     const T* xb = x + (long long)b * C * H * W;
     const T* wpb = wp + (long long)fb * C * TFP;
@@ -66,11 +69,13 @@ fused_pw_dw(const T* __restrict__ x, const T* __restrict__ wp, const float* __re
     auto issue = [&](int i, int s) {
         const int c0 = i * TC;
         copy_packed_rows<TFP, KP, TC, LDW>(ws_of(s), wpb, wp, c0, C);
-#if XA
+#if XA == 1
         copy_halo<KP, TC, HH, WWA, LDX>(xs_of(s), xb, c0, C, H, W, iy0, xs0);
+#elif XA == 2
+        copy_halo_rows<KP, TC, HH, WWA, LDX>(xs_of(s), xb, c0, C, H, W, iy0, xs0);
 #endif
     };
-#if !XA
+#if XA == 0
     // Rows k >= TC of every stage (K padding) must be finite, since they meet zero weights; register
     // prefetch never writes them, so zero them once.
     constexpr int PAD = (KP - TC) * N1P, PADD = PAD > 0 ? PAD : 1;
@@ -88,13 +93,16 @@ fused_pw_dw(const T* __restrict__ x, const T* __restrict__ wp, const float* __re
     for (int i = 0; i < nk; ++i) {
         const int s = i % STAGES;
         ring_wait<STAGES>();
-#if !XA
+#if XA == 2
+        fix_halo_rows<KP, TC, HH, WWA, LDX, WW>(xs_of(s), xb, i * TC, C, H, W, iy0, xs0);
+#endif
+#if XA == 0
         T* xsp = xs_of(s);
         hp.put(i * TC, [&](int t, float v) { from_f(xsp[(t / N1P) * LDX + t % N1P], v); });
 #endif
         __syncthreads();
         ring_next<STAGES>(i, nk, issue);
-#if !XA
+#if XA == 0
         if (i + 1 < nk) hp.load((i + 1) * TC);
 #endif
         if (i == 0) gemm_stream<ME1, NE1, G1M, G1N, K1, LDW, LDX, LDC, false>(ws_of(s), xs_of(s), cs);

@@ -25,6 +25,7 @@ from .model import (
     coresident,
     dram_traffic,
     estimate_ours,
+    issued,
     l1_filtered,
     launch_sms,
     scheduled,
@@ -115,7 +116,8 @@ def best_tile(
     if batch < 1:
         raise PlanError(f"batch must be at least 1, got {batch}")
     batch = launch_batch(ops, batch)
-    km = context(kind, tuple(ops), dtype)
+    ops = tuple(ops)
+    km = context(kind, ops, dtype)
     work = km.work
     hw = gpu.hw
     sms = hw.sm_count
@@ -158,7 +160,8 @@ def best_tile(
         dram = dram_r + dram_w
         if not by_time and not by_gma and best is not None and dram > best[0]:
             continue
-        t = kernel_time(w, dram_r + dram_w, bps, threads, hw, mma, rates, depth, launch_sms(ks, hw))
+        t = kernel_time(issued(kind, ops, tile, dtype, precision, w, ks), dram_r + dram_w, bps, threads, hw, mma, rates,
+                        depth, launch_sms(ks, hw))  # fmt: skip
         r = (t if by_time else gma if by_gma else dram, t, gma, dram)
         if best is None or r < best:
             best, best_i = r, i

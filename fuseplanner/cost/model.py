@@ -10,7 +10,7 @@ from ..errors import PlanError
 from ..ir import DTYPE_BYTES, Cost, KernelResources, Op, Tile
 from ..specs import GpuSpec, Hw
 from .dw import DwModel
-from .fused import DwPwModel, PwDwModel, PwDwPwModel, PwPwModel
+from .fused import DwPwModel, PwDwModel, PwDwPwModel, PwPwModel, issued_per_block
 from .pw import PwModel
 from .shapes import geom
 from .time import blocks_per_sm, kernel_time, mma_rate, warp_rates
@@ -133,6 +133,24 @@ def scheduled(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, batch: int
     return w, PIPELINE_DEPTH.get(kind, 1), ks
 
 
+@lru_cache(maxsize=65536)
+def _issued(kind: str, ops: tuple[Op, ...], tile: Tile, e: int, prec: int) -> tuple[float, float]:
+    return issued_per_block(kind, ops, tile, e, prec)
+
+
+def issued(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, precision: str, w: Work, ks: int) -> Work:
+    """`w` with the FLOPs a fused kernel's blocks issue on their critical path (`fused.issued_per_block`:
+    the kernels' GEMM work split per thread or warp, tensor-core padding and idle units included, and
+    the padded DW stencil chunk), which the time model charges at the fused warp rates; `ks` blocks
+    of a cluster split share one block's chunks. Other kinds are returned unchanged."""
+    if kind not in tiles.FUSED_KINDS:
+        return w
+    prec = 2 if dtype == "fp16" else (1 if precision == "tf32" else 0)
+    dw, pw = _issued(kind, ops, tile, DTYPE_BYTES[dtype], prec)
+    n = w.blocks / ks
+    return w._replace(cuda_issue=dw * n, mma_issue=pw * n)
+
+
 def coresident(w: Work, bps: int, ks: int, hw: Hw) -> Work:
     """`w` with the input re-reads that co-resident blocks of one SM share through L1
     (`traffic.coresident_share`) moved from `gma_read` to `l1_hits`: L2 sees them once, the loads
@@ -166,7 +184,7 @@ def estimate_ours(
     if bps < 1:
         return Cost(feasible=False, reason=f"{kind} {tile}: no block fits on an SM ({limiter})")
     w, depth, ks = scheduled(kind, ops, tile, dtype, batch, gpu, l1_filtered(km.work(tile, batch, residual), hw, dtype == "fp16"))
-    w = coresident(w, bps, ks, hw)
+    w = issued(kind, ops, tile, dtype, precision, coresident(w, bps, ks, hw), ks)
     conc = hw.sm_count * bps
     dram_r, dram_w = dram_traffic(w, conc, hw)
     rates = warp_rates(kind, dtype, precision, hw)

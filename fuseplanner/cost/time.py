@@ -27,6 +27,12 @@ time = launch + sum over waves of  max(iters * latency / depth + memory + own co
   did not fit the H100 measurements better than adding them), so a tile with few large blocks is
   slow even when the bytes are few: this is why a small layer at batch 1 runs 5-10x above its
   bandwidth floor, and why the tile search prefers many small blocks.
+- issued work (fused kinds): own compute charges the FLOPs a block issues on its critical path, not
+  its useful FLOPs (`model.issued`, `fused.issued_per_block`): each GEMM at the busiest unit's share of
+  the kernels' own work split (threads x register micro-tiles for exact fp32, warps x 16x8 mma tiles
+  for tensor cores; idle units, tensor-core padding and shared operand loads count) and the DW
+  stencil over its padded chunk. A tile whose GEMM does not divide over its warps, or pads a 2-pixel
+  tile to an 8-column mma, is slow whatever its FLOPs; the fused warp rates are per issued FLOP.
 - SM compute: an SM runs all its resident blocks' FLOPs at most at its peak rate / sm_count: CUDA-core
   FLOPs (DW) at the FP32 rate, PW/linear products at the tensor-core rate of the dtype (fp16 ->
   fp16_tc_flops, fp32 with precision="tf32" -> tf32_tc_flops, else fp32_flops).
@@ -90,7 +96,7 @@ def kernel_time(w: Work, dram_bytes: float, bps: int, threads: int, hw: Hw, mma:
     mem_blk = max(((w.req_read or w.gma_read) + w.gma_write) / hw.l2_bw, dram_bytes / hw.dram_bw) / nb
     c_blk = (w.cuda_flops / hw.fp32 + w.mma_flops / mma) * sms / nb
     warps = (-(-threads // hw.warp_size)) ** rates[2]
-    t_own = (w.cuda_flops / rates[0] + w.mma_flops / rates[1]) / (nb * warps)
+    t_own = ((w.cuda_issue or w.cuda_flops) / rates[0] + (w.mma_issue or w.mma_flops) / rates[1]) / (nb * warps)
     t_ld = (w.ld_read or w.gma_read) / (nb * warps * rates[3])  # one block's reads at what its warps keep in flight
     lat = hw.latency
     t_lat = w.iters * lat / depth

@@ -194,10 +194,20 @@ def kernel_defines(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, precisi
     if kind in ("pw_dw", "dw_pw"):
         w = ops[0].in_shape[3]
         d.update({"STAGES": tiles.fused_stages(kind, ops, tile, dtype), "TFP": packed_width(tf, dtype),
-                  "XA": int(aligned and (dtype != "fp16" or w % 2 == 0))})
+                  "XA": halo_copy_mode(dtype, w, aligned)})
     if kind == "dw_pw":
         d["KS"] = split
     return d
+
+
+def halo_copy_mode(dtype: str, w: int, aligned: bool) -> int:
+    """How pw_dw and dw_pw stage their halo windows (XA): 1, 4-byte cp.async of elements (fp32) or of
+    pairs from an even column (fp16, even W); 2, fp16 on an odd W, whose rows alternate between aligned
+    and unaligned starts: 4-byte cp.async of whole rows from each row's aligned start, realigned in
+    shared memory by the copying thread; 0, `x` not 4-byte aligned: registers, one chunk ahead."""
+    if not aligned:
+        return 0
+    return 1 if dtype != "fp16" or w % 2 == 0 else 2
 
 
 def _input_pairs_ok(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> bool:

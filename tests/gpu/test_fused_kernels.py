@@ -215,3 +215,53 @@ def test_dw_pw_every_cluster_split(ks, dtype, precision, monkeypatch):
     ops = (dw, conv_op("p", "pw", 45, 37, 15, 13, act=None))  # 45 channels in chunks of 8 -> 6 chunks
     monkeypatch.setattr(tiles, "cluster_split", lambda kind, *a: ks if kind == "dw_pw" else 1)
     run_case("dw_pw", ops, Tile(4, 4, 16, 8, 128), dtype, precision, seed=900 + ks, residual=True)
+
+
+def _staged(arr: np.ndarray, offset: int):
+    """`arr` on the GPU starting `offset` elements into a larger buffer (offset 1 of fp16: an x that is
+    not 4-byte aligned)."""
+    buf = cp.empty(arr.size + offset, dtype=arr.dtype)
+    view = buf[offset:].reshape(arr.shape)
+    view[...] = cp.asarray(arr)
+    return view
+
+
+ODD = [(3, 1, 1), (5, 1, 2), (7, 1, 3), (3, 2, 1), (5, 2, 0), (3, 1, 0)]
+
+
+@pytest.mark.parametrize("kind", ["pw_dw", "dw_pw"])
+@pytest.mark.parametrize("k,s,pad", ODD)
+@pytest.mark.parametrize("offset", [0, 1])
+def test_fp16_odd_width_halo(kind, k, s, pad, offset):
+    """fp16 halos of odd-width maps: 4-byte copies from each row's aligned start, realigned in shared
+    memory (XA 2, x aligned) or through registers (XA 0, x one element off), with an odd C x H x W so
+    that the images of a batch start alternately aligned and not, on every tile of the map (left and
+    right border pairs, paddings 0-3, strides 1 and 2) and on tiles of several widths."""
+    from fuseplanner.kernels.fused import kernel_defines
+
+    batch, c1, c2, h, w = 3, 25, 41, 23, 21  # 25 x 23 x 21 and 41 x 23 x 21 are odd
+    if kind == "pw_dw":
+        ops = (conv_op("e", "pw", c1, c2, h, w, act="relu6", batch=batch),
+               conv_op("d", "dw", c2, c2, h, w, k, s, pad=pad, act="hardswish", batch=batch))
+    else:
+        dw = conv_op("d", "dw", c2, c2, h, w, k, s, pad=pad, act="relu6", batch=batch)
+        ho, wo = dw.hw_out
+        ops = (dw, conv_op("p", "pw", c2, c1, ho, wo, act=None, batch=batch))
+    cands = tiles.candidates(kind, ops, "fp16", GPU)
+    assert cands, f"no fp16 {kind} tile for an {h}x{w} map"
+    picks = {min(cands, key=lambda t: t.tw), max(cands, key=lambda t: t.tw), cands[len(cands) // 2],
+             next((t for t in cands if t.tw % 2), cands[0])}
+    rng = np.random.default_rng(1000 * k + 10 * s + pad + offset)
+    x = rng.standard_normal(ops[0].in_shape).astype(np.float16)
+    params = random_params(ops, rng, bias=True)
+    xd = _staged(x, offset)
+    assert (xd.data.ptr % 4 == 0) == (offset == 0)
+    for tile in sorted(picks, key=str):
+        xa = kernel_defines(kind, ops, tile, "fp16", "fp32", [True, True], False, aligned=offset == 0)["XA"]
+        assert xa == (2 if offset == 0 else 0)
+        out = cp.full(ops[-1].out_shape, np.nan, dtype=np.float16)
+        kernels.run(kind, ops, tile, xd, [(cp.asarray(wt), cp.asarray(b)) for wt, b in params], dtype="fp16", out=out)
+        host = cp.asnumpy(out)
+        assert np.isfinite(host).all(), f"{np.isnan(host).sum()} outputs not written for tile {tile}"
+        err = rel_err(host, reference(kind, ops, x.astype(np.float64), params))
+        assert err < TOL[("fp16", "fp32")], f"rel err {err:.2e} for tile {tile} (XA {xa})"

@@ -1,0 +1,53 @@
+"""Issued GEMM work of the fused kernels (cost.fused.issued_per_block): what the busiest thread or warp
+of a block executes, with idle units, tensor-core padding and shared operand loads, by hand."""
+
+from __future__ import annotations
+
+from fuseplanner.cost import fused, model, time
+from fuseplanner.ir import Op, Tile
+from fuseplanner.specs import gpu
+
+
+def conv(name, kind, c_in, c_out, h, k=1):
+    pad = (k - 1) // 2
+    return Op(name=name, op_type="Conv", kind=kind, index=0, inputs=("a",), outputs=("b",),
+              input_shapes=((1, c_in, h, h),), output_shapes=((1, c_out, h, h),), kernel=(k, k), stride=(1, 1),
+              pads=(pad,) * 4, groups=c_in if kind == "dw" else 1, epilogue=("bias",))
+
+
+DW = conv("d", "dw", 32, 32, 7, 3)
+PW = conv("p", "pw", 32, 16, 7)
+TILE = Tile(1, 4, 16, 16, 64)  # 4 pixels, 16 filters, chunks of 16 channels, 2 warps
+
+
+def test_dw_pw_fp16_pays_padding_idle_warp_and_fragment_loads():
+    # GEMM of a chunk: 16 filters x 4 pixels x k 16. mma tiles are 16 x 8: the 4 pixels pad to one
+    # 8-column tile; 1 tile over 2 warps -> the busiest warp runs 1, the other idles.
+    # per chunk: 2 x 16 x 8 x 16 (one m16n8 tile over k = 16) = 4096 FLOPs x 2 warps x 1 tile
+    #            x (1 mma + 0.5 x (1 A + 0.5 x 1 B fragment loads) = 1.75) = 14,336
+    # 2 chunks (32 channels / 16) -> 28,672 (useful: 2 x 16 x 4 x 32 = 4,096, so 7x)
+    # DW over the padded chunk KP x NP = 16 x 8 = 128 stencils on 64 threads -> 2 each, 64 threads,
+    # 18 FLOPs (3 x 3 x 2): 2 x 64 x 18 = 2,304 per chunk, 4,608 for 2 chunks
+    assert fused.issued_per_block("dw_pw", (DW, PW), TILE, 2, 2) == (4608.0, 28672.0)
+
+
+def test_dw_pw_exact_fp32_splits_outputs_over_threads():
+    # fma_group(16, 4, 64 threads): 1 x 1 micro-tiles, 64 groups -> one per thread, cost 1 FMA + 0.5 x
+    # (1 + 1) loads = 2 per k step; k = TC = 16 (no padding for FMA): 2 x 16 x 64 x 1 x 2 = 4,096 per
+    # chunk, 8,192 for 2 chunks (useful 4,096: the shared loads double it); the DW is as for fp16
+    assert fused.issued_per_block("dw_pw", (DW, PW), TILE, 4, 0) == (4608.0, 8192.0)
+
+
+def test_issued_work_reaches_the_launch_time():
+    # the same group and tile: the Work the time model sees carries the issued work of every block
+    h100 = gpu("h100")
+    km = model.context("dw_pw", (DW, PW), "fp16")
+    w = km.work(TILE, 1, False)
+    got = model.issued("dw_pw", (DW, PW), TILE, "fp16", "fp32", w, 1)
+    assert got.mma_issue == 28672.0 * w.blocks and got.cuda_issue == 4608.0 * w.blocks
+    assert got.mma_issue > w.mma_flops  # padding and idle warps cost more than the useful FLOPs
+    # own compute at the issued work: the block's chain is longer than at its useful FLOPs
+    hw = h100.hw
+    rates = time.warp_rates("dw_pw", "fp16", "fp32", hw)
+    args = (0.0, 1, TILE.threads, hw, time.mma_rate("fp16", "fp32", hw), rates)
+    assert time.kernel_time(got, *args) > time.kernel_time(w, *args)
