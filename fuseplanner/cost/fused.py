@@ -26,6 +26,7 @@ fused kernel saves is their write and read, what it pays is recomputation and re
 
 from __future__ import annotations
 
+from .. import tiles
 from ..ir import Op, Tile
 from .dw import dw_weight_sectors, dw_weight_unique, halo
 from .pw import input_unique, pw_weight_unique
@@ -247,7 +248,7 @@ class PwDwPwModel(FusedModel):
 
 #: Weight of one shared-memory operand load against one FMA (exact fp32) or one mma (tensor cores) in
 #: the critical path of a GEMM unit: the same weight the kernels' work split minimises
-#: (`fuseplanner.kernels.fused.fma_group` / `mma_group`).
+#: (`fuseplanner.tiles.fma_group` / `mma_group`).
 SHARED_LOAD_WEIGHT = 0.5
 
 
@@ -258,13 +259,11 @@ def _gemm_issue(m: int, n: int, mp: int, np_: int, k: int, threads: int, prec: i
     k step costing its FMAs (or mma instructions) plus SHARED_LOAD_WEIGHT per shared operand load.
     Zero padding (tensor-core tiles of 16 x 8, k rounded to 16) and idle units count; with a perfect
     split and no padding this is 2 m n k."""
-    from ..kernels.fused import fma_group, mma_group  # pure Python (no CuPy); lazy: kernels imports tiles
-
     if prec == 0:
-        gm, gn, me, ne = fma_group(m, n, threads, resident)
+        gm, gn, me, ne = tiles.fma_group(m, n, threads, resident)
         mt = -(-((me // gm) * (ne // gn)) // threads)
         return 2.0 * k * threads * mt * (gm * gn + SHARED_LOAD_WEIGHT * (-(-gm // 4) + -(-gn // 4)))
-    gm, gn, me, ne = mma_group(mp, np_, threads // 32, resident)
+    gm, gn, me, ne = tiles.mma_group(mp, np_, threads // 32, resident)
     mi, ni = gm // 16, gn // 8  # 16 x 8 mma tiles per group; a 16 x 8 tile over k is 2 x 16 x 8 x k FLOPs
     mt = -(-((me // gm) * (ne // gn)) // (threads // 32))
     return 2.0 * 16 * 8 * k * (threads // 32) * mt * (mi * ni + SHARED_LOAD_WEIGHT * (mi + 0.5 * ni))
@@ -275,8 +274,6 @@ def issued_per_block(kind: str, ops: tuple, tile: Tile, e: int, prec: int) -> tu
     critical path over all its channel chunks (kernels/fused_*.cu): the PW GEMMs by `_gemm_issue`,
     the DW stencil as ceil(elements / threads) stencils per thread over the padded KP x NP chunk
     (dw_pw, pw_dw_pw; tf x th tw outputs once for pw_dw). `prec`: 0 exact fp32, 1 TF32, 2 fp16."""
-    from .. import tiles
-
     th, tw, tf, tc, t = tile.th, tile.tw, tile.tf, tile.tc, tile.threads
     p = th * tw
     np_, kp, mp = _rup(p, 8), _rup(tc, 16), _rup(tf, 16)

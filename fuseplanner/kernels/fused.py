@@ -21,6 +21,7 @@ import numpy as np
 from .. import tiles
 from ..errors import PlanError
 from ..ir import Op, Tile
+from ..tiles import fma_group, mma_group
 from . import _build
 from ._common import (
     ACT_CODES,
@@ -38,9 +39,6 @@ from ._common import (
 )
 from .lbl import Launch
 
-#: Accumulator registers per thread above which a work split is penalised (spills follow).
-MAX_ACC = 128
-
 
 def _rup(a: int, b: int) -> int:
     return -(-a // b) * b
@@ -56,40 +54,6 @@ def precision_code(dtype: str, precision: str) -> int:
     if dtype == "fp16":
         return 2
     return 1 if precision == "tf32" else 0
-
-
-def fma_group(m: int, n: int, threads: int, resident: bool) -> tuple[int, int, int, int]:
-    """(GM, GN, ME, NE): each thread's register micro-tile GM x GN for an m x n exact-fp32 GEMM and
-    the covered extents (m, n rounded up to GM, GN). Minimises per-thread FMAs plus shared loads."""
-    best = None
-    for gm in (1, 2, 4, 8):
-        for gn in (1, 2, 4, 8):
-            if gm * gn > 32:
-                continue
-            me, ne = _rup(m, gm), _rup(n, gn)
-            mt = math.ceil((me // gm) * (ne // gn) / threads)
-            cost = mt * (gm * gn + 0.5 * (math.ceil(gm / 4) + math.ceil(gn / 4)))
-            if resident and mt * gm * gn > MAX_ACC:
-                cost *= 4
-            if best is None or cost < best[0]:
-                best = (cost, (gm, gn, me, ne))
-    return best[1]
-
-
-def mma_group(m: int, n: int, warps: int, resident: bool) -> tuple[int, int, int, int]:
-    """(GM, GN, ME, NE): each warp's tile of 16 x 8 mma tiles over an m x n GEMM (m a multiple of 16,
-    n of 8). Minimises mma instructions per warp plus fragment loads."""
-    tm, tn = m // 16, n // 8
-    best = None
-    for mi in (d for d in (1, 2, 4) if tm % d == 0):
-        for ni in (d for d in range(1, 9) if tn % d == 0):
-            mt = math.ceil((tm // mi) * (tn // ni) / warps)
-            cost = mt * (mi * ni + 0.5 * (mi + 0.5 * ni))
-            if resident and mt * mi * ni * 4 > MAX_ACC:
-                cost *= 4
-            if best is None or cost < best[0]:
-                best = (cost, (16 * mi, 8 * ni, m, n))
-    return best[1]
 
 
 def gemm_defines(prefix: str, m: int, n: int, mp: int, np_: int, threads: int, prec: int,
