@@ -31,6 +31,14 @@ def dtype_bytes(dtype: str) -> int:
         raise ValueError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPE_BYTES)}") from None
 
 
+def math_mode(dtype: str, precision: str) -> int:
+    """The math path of the PW/linear products (kernels' PREC / USE_TC): 0 exact fp32 FMA, 1 TF32
+    tensor cores (fp32 storage, precision "tf32"), 2 fp16 tensor cores (fp16 storage)."""
+    if dtype == "fp16":
+        return 2
+    return 1 if precision == "tf32" else 0
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     """A named tensor with a static shape. `dtype` is the ONNX element type name (e.g. "float32")."""

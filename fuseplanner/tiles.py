@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import NamedTuple
 
 from . import registers
 from .ir import Op, Tile, dtype_bytes
@@ -450,7 +451,44 @@ def feasible_candidates(kind: str, ops: Sequence[Op], dtype: str, gpu) -> list[t
     return out
 
 
-# ---- block GEMM work split (kernels/fused_common.cuh: G*M, G*N, ME*, NE*) -------------------------
+# ---- block GEMMs and their work split (kernels/fused_common.cuh: G*M, G*N, ME*, NE*) --------------
+
+
+class BlockGemm(NamedTuple):
+    """One block GEMM of a fused kernel's chunk, C[m][n] (+)= sum_k At[k][m] B[k][n]: real extents m x n,
+    shared buffers padded to mp (multiple of 16) x np_ (multiple of 8); k the reduction of the exact
+    fp32 path, kp the tensor cores' (padded to 16); `resident`: accumulators stay in registers over
+    the chunks (the last PW), else the product is streamed to shared memory."""
+
+    m: int
+    n: int
+    mp: int
+    np_: int
+    k: int
+    kp: int
+    resident: bool
+
+
+def block_gemms(kind: str, ops: Sequence[Op], tile: Tile, e: int) -> dict[str, BlockGemm]:
+    """The block GEMMs of one channel chunk of a fused kind, by define prefix ("1": the first PW over
+    the tile or staged window, "2": the last PW into the output tile), for element size `e`: what the
+    launcher compiles (kernels.fused.kernel_defines) and what the cost model charges
+    (cost.fused.issued_per_block)."""
+    p, kp, mp = tile.th * tile.tw, _rup(tile.tc, 16), _rup(tile.tf, 16)
+    out = {}
+    if kind in ("pw_dw", "pw_dw_pw"):
+        hh, ww = halo_window(kind, ops, tile)
+        n1 = hh * staged_window_width(ww, e)
+    if kind == "pw_dw":
+        out["1"] = BlockGemm(tile.tf, n1, mp, _rup(n1, 8), tile.tc, kp, False)
+    elif kind in ("pw_pw", "pw_dw_pw"):
+        n = p if kind == "pw_pw" else n1
+        c1 = ops[0].c_in
+        out["1"] = BlockGemm(tile.tc, n, kp, _rup(n, 8), c1, _rup(c1, 16), False)
+    if kind != "pw_dw":
+        out["2"] = BlockGemm(tile.tf, p, mp, _rup(p, 8), tile.tc, kp, True)
+    return out
+
 
 #: Accumulator registers per thread above which a work split is penalised (spills follow).
 MAX_ACC = 128

@@ -27,7 +27,7 @@ fused kernel saves is their write and read, what it pays is recomputation and re
 from __future__ import annotations
 
 from .. import tiles
-from ..ir import Op, Tile
+from ..ir import Tile
 from .dw import dw_weight_sectors, dw_weight_unique, halo
 from .pw import input_unique, pw_weight_unique
 from .shapes import Geom
@@ -252,55 +252,36 @@ class PwDwPwModel(FusedModel):
 SHARED_LOAD_WEIGHT = 0.5
 
 
-def _gemm_issue(m: int, n: int, mp: int, np_: int, k: int, threads: int, prec: int, resident: bool) -> float:
-    """FLOP-equivalents a block of `threads` spends on one m x n x k block GEMM of kernels/fused_common.cuh
-    as its busiest unit executes it, times the units: a unit (a thread for exact fp32, a warp for
-    tensor cores) runs ceil(groups / units) micro-tiles of the work split the launcher picks, each
-    k step costing its FMAs (or mma instructions) plus SHARED_LOAD_WEIGHT per shared operand load.
-    Zero padding (tensor-core tiles of 16 x 8, k rounded to 16) and idle units count; with a perfect
-    split and no padding this is 2 m n k."""
+def _gemm_issue(g: tiles.BlockGemm, threads: int, prec: int) -> float:
+    """FLOP-equivalents a block of `threads` spends on one block GEMM `g` (kernels/fused_common.cuh) as
+    its busiest unit executes it, times the units: a unit (a thread for exact fp32, a warp for tensor
+    cores) runs ceil(groups / units) micro-tiles of the work split the launcher picks, each k step
+    costing its FMAs (or mma instructions) plus SHARED_LOAD_WEIGHT per shared operand load. Zero
+    padding (tensor-core tiles of 16 x 8, k rounded to 16) and idle units count; with a perfect split
+    and no padding this is 2 m n k."""
     if prec == 0:
-        gm, gn, me, ne = tiles.fma_group(m, n, threads, resident)
+        gm, gn, me, ne = tiles.fma_group(g.m, g.n, threads, g.resident)
         mt = -(-((me // gm) * (ne // gn)) // threads)
-        return 2.0 * k * threads * mt * (gm * gn + SHARED_LOAD_WEIGHT * (-(-gm // 4) + -(-gn // 4)))
-    gm, gn, me, ne = tiles.mma_group(mp, np_, threads // 32, resident)
+        return 2.0 * g.k * threads * mt * (gm * gn + SHARED_LOAD_WEIGHT * (-(-gm // 4) + -(-gn // 4)))
+    gm, gn, me, ne = tiles.mma_group(g.mp, g.np_, threads // 32, g.resident)
     mi, ni = gm // 16, gn // 8  # 16 x 8 mma tiles per group; a 16 x 8 tile over k is 2 x 16 x 8 x k FLOPs
     mt = -(-((me // gm) * (ne // gn)) // (threads // 32))
-    return 2.0 * 16 * 8 * k * (threads // 32) * mt * (mi * ni + SHARED_LOAD_WEIGHT * (mi + 0.5 * ni))
+    return 2.0 * 16 * 8 * g.kp * (threads // 32) * mt * (mi * ni + SHARED_LOAD_WEIGHT * (mi + 0.5 * ni))
 
 
 def issued_per_block(kind: str, ops: tuple, tile: Tile, e: int, prec: int) -> tuple[float, float]:
     """(DW FLOPs, PW FLOP-equivalents) one block of a fused kernel (no cluster split) issues on its
-    critical path over all its channel chunks (kernels/fused_*.cu): the PW GEMMs by `_gemm_issue`,
-    the DW stencil as ceil(elements / threads) stencils per thread over the padded KP x NP chunk
-    (dw_pw, pw_dw_pw; tf x th tw outputs once for pw_dw). `prec`: 0 exact fp32, 1 TF32, 2 fp16."""
-    th, tw, tf, tc, t = tile.th, tile.tw, tile.tf, tile.tc, tile.threads
-    p = th * tw
-    np_, kp, mp = _rup(p, 8), _rup(tc, 16), _rup(tf, 16)
-    kc = tc if prec == 0 else kp  # K of a chunk's GEMM (tensor cores: padded)
-
-    def gemm2() -> float:  # the last PW: tf filters x th tw pixels, register-resident accumulators
-        return _gemm_issue(tf, p, mp, np_, kc, t, prec, True)
-
-    def window() -> int:
-        hh, ww = tiles.halo_window(kind, ops, tile)
-        return hh * tiles.staged_window_width(ww, e)
-
-    def stencil(dw: Op) -> int:
-        return 2 * dw.kernel[0] * dw.kernel[1]
-
-    if kind == "dw_pw":
-        nk = -(-ops[0].c_in // tc)
-        return nk * -(-kp * np_ // t) * t * stencil(ops[0]), nk * gemm2()
-    if kind == "pw_dw":
-        nk = -(-ops[0].c_in // tc)
-        n1 = window()
-        return -(-tf * p // t) * t * stencil(ops[1]), nk * _gemm_issue(tf, n1, mp, _rup(n1, 8), kc, t, prec, False)
-    c1 = ops[0].c_in
-    k1 = c1 if prec == 0 else _rup(c1, 16)
-    nk = -(-ops[0].c_out // tc)
+    critical path over all its channel chunks (kernels/fused_*.cu): each chunk's block GEMMs
+    (`tiles.block_gemms`) by `_gemm_issue`, the DW stencil as ceil(elements / threads) stencils per
+    thread over the padded KP x NP chunk (dw_pw, pw_dw_pw; tf x th tw outputs once for pw_dw).
+    `prec`: 0 exact fp32, 1 TF32, 2 fp16."""
+    t, p = tile.threads, tile.th * tile.tw
+    nk = -(-(ops[0].c_out if kind in ("pw_pw", "pw_dw_pw") else ops[0].c_in) // tile.tc)
+    pw = nk * sum(_gemm_issue(g, t, prec) for g in tiles.block_gemms(kind, ops, tile, e).values())
     if kind == "pw_pw":
-        return 0.0, nk * (_gemm_issue(tc, p, kp, np_, k1, t, prec, False) + gemm2())
-    n1 = window()  # pw_dw_pw
-    return (nk * -(-kp * np_ // t) * t * stencil(ops[1]),
-            nk * (_gemm_issue(tc, n1, kp, _rup(n1, 8), k1, t, prec, False) + gemm2()))
+        return 0.0, pw
+    dw = ops[0] if kind == "dw_pw" else ops[1]
+    stencil = 2 * dw.kernel[0] * dw.kernel[1]
+    if kind == "pw_dw":  # once, after the chunk loop
+        return -(-tile.tf * p // t) * t * stencil, pw
+    return nk * -(-_rup(tile.tc, 16) * _rup(p, 8) // t) * t * stencil, pw

@@ -7,7 +7,7 @@ from functools import lru_cache
 
 from .. import tiles
 from ..errors import PlanError
-from ..ir import DTYPE_BYTES, Cost, KernelResources, Op, Tile
+from ..ir import DTYPE_BYTES, Cost, KernelResources, Op, Tile, math_mode
 from ..specs import GpuSpec, Hw
 from .dw import DwModel
 from .fused import DwPwModel, PwDwModel, PwDwPwModel, PwPwModel, issued_per_block
@@ -145,8 +145,7 @@ def issued(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, precision: st
     of a cluster split share one block's chunks. Other kinds are returned unchanged."""
     if kind not in tiles.FUSED_KINDS:
         return w
-    prec = 2 if dtype == "fp16" else (1 if precision == "tf32" else 0)
-    dw, pw = _issued(kind, ops, tile, DTYPE_BYTES[dtype], prec)
+    dw, pw = _issued(kind, ops, tile, DTYPE_BYTES[dtype], math_mode(dtype, precision))
     n = w.blocks / ks
     return w._replace(cuda_issue=dw * n, mma_issue=pw * n)
 

@@ -40,6 +40,7 @@ time = launch + sum over waves of  max(iters * latency / depth + memory + own co
 
 from __future__ import annotations
 
+from ..ir import math_mode
 from ..specs import Hw
 from .work import Work
 
@@ -71,7 +72,7 @@ def warp_rates(kind: str, dtype: str, precision: str, hw: Hw) -> tuple[float, fl
     `*_warp_flops_per_cycle`), the exponent of the warps per block (`*block_warp_exponent`) and the
     bytes/s one warp loads (`warp_load_bytes_per_cycle`)."""
     half = dtype == "fp16"
-    mode = 2 if half else (1 if precision == "tf32" else 0)
+    mode = math_mode(dtype, precision)
     lbl = kind in ("dw", "pw", "linear")
     pw = hw.warp_pw if lbl else hw.warp_fused_pw
     return hw.warp_dw[half], pw[mode], hw.warp_exp[0 if lbl else 1], hw.warp_load

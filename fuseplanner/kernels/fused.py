@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import tiles
 from ..errors import PlanError
-from ..ir import Op, Tile
+from ..ir import Op, Tile, math_mode
 from ..tiles import fma_group, mma_group
 from . import _build
 from ._common import (
@@ -51,9 +51,7 @@ def _i32(*vals: int) -> tuple:
 def precision_code(dtype: str, precision: str) -> int:
     """PREC define: 0 exact fp32 FMA, 1 TF32 tensor cores, 2 fp16 tensor cores."""
     check_precision(dtype, precision)
-    if dtype == "fp16":
-        return 2
-    return 1 if precision == "tf32" else 0
+    return math_mode(dtype, precision)
 
 
 def gemm_defines(prefix: str, m: int, n: int, mp: int, np_: int, threads: int, prec: int,
@@ -131,7 +129,6 @@ def kernel_defines(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, precisi
     """
     prec = precision_code(dtype, precision)
     th, tw, tf, tc, threads = tile.th, tile.tw, tile.tf, tile.tc, tile.threads
-    p, kp, mp = th * tw, _rup(tc, 16), _rup(tf, 16)
     d = {**dtype_defines(dtype), "PREC": prec, "THREADS": threads, "TH": th, "TW": tw, "TF": tf, "TC": tc,
          "HAS_RES": int(residual), "SMEM_TOTAL": tiles.smem_bytes(kind, ops, tile, dtype)}
     for i, (op, b) in enumerate(zip(ops, biases, strict=True), start=1):
@@ -145,16 +142,8 @@ def kernel_defines(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, precisi
                   "XA": int(aligned and _input_pairs_ok(kind, ops, tile, dtype))})
     if kind == "pw_pw":
         d["CL"] = int(ops[0].kind == "linear")
-        d.update(gemm_defines("1", tc, p, kp, _rup(p, 8), threads, prec, False))
-    if kind in ("pw_dw", "pw_dw_pw"):
-        hh, ww = tiles.halo_window(kind, ops, tile)
-        n1 = hh * tiles.staged_window_width(ww, 2 if dtype == "fp16" else 4)
-        if kind == "pw_dw":
-            d.update(gemm_defines("1", tf, n1, mp, _rup(n1, 8), threads, prec, False))
-        else:
-            d.update(gemm_defines("1", tc, n1, kp, _rup(n1, 8), threads, prec, False))
-    if kind != "pw_dw":
-        d.update(gemm_defines("2", tf, p, mp, _rup(p, 8), threads, prec, True))
+    for prefix, g in tiles.block_gemms(kind, ops, tile, 2 if dtype == "fp16" else 4).items():
+        d.update(gemm_defines(prefix, g.m, g.n, g.mp, g.np_, threads, prec, g.resident))
     if kind in ("pw_dw", "dw_pw"):
         w = ops[0].in_shape[3]
         d.update({"STAGES": tiles.fused_stages(kind, ops, tile, dtype), "TFP": packed_width(tf, dtype),

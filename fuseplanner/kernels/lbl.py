@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import tiles
 from ..errors import PlanError
-from ..ir import Op, Tile, dtype_bytes
+from ..ir import Op, Tile, dtype_bytes, math_mode
 from . import _build
 from ._common import (
     bias_as,
@@ -149,7 +149,7 @@ def _fma_map(tf: int, p: int, threads: int) -> int | None:
 def pw_variant(tile: Tile, dtype: str, precision: str) -> dict[str, int]:
     """Math-path defines of kernels/pw.cu for `tile`: USE_TC and its warp grid, or the FMA mapping."""
     p, tf, tc, threads = tile.th * tile.tw, tile.tf, tile.tc, tile.threads
-    use_tc = 2 if dtype == "fp16" else (1 if precision == "tf32" else 0)
+    use_tc = math_mode(dtype, precision)
     if use_tc and tc % 8 == 0 and threads % 32 == 0:
         g = _mma_grid(tf, p, threads // 32)
         if g is not None:
