@@ -112,24 +112,23 @@ __device__ __forceinline__ float add_residual(float v, const T* __restrict__ res
 __host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
 
 // ---- cp.async (sm_80+) -------------------------------------------------------------------------
+// Copy CP (4, 8 or 16) bytes of which the first `n` (0 <= n <= CP) are read from global memory and the
+// rest zero-filled (cp.async's source size; `gmem` must be a valid address even when n is 0). 16-byte
+// copies bypass L1 (.cg), smaller ones go through it (.ca).
+template <int CP>
+__device__ __forceinline__ void cp_async_bytes(void* smem, const void* gmem, int n) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    if (CP == 16) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+    } else {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(s), "l"(gmem), "n"(CP), "r"(n));
+    }
+}
 // Copy BYTES (4, 8 or 16) from global to shared memory; when `pred` is false the destination is
 // zero-filled and nothing is read (src must still be a valid address).
 template <int BYTES>
 __device__ __forceinline__ void cp_async(void* smem, const void* gmem, bool pred) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    int n = pred ? BYTES : 0;
-    if (BYTES == 16) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
-    } else {
-        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(s), "l"(gmem), "n"(BYTES), "r"(n));
-    }
-}
-// Copy CP (4 or 8) bytes of which the first `n` (0 <= n <= CP) are read from global memory and the rest
-// zero-filled (cp.async's source size; `gmem` must be a valid address even when n is 0).
-template <int CP>
-__device__ __forceinline__ void cp_async_bytes(void* smem, const void* gmem, int n) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(s), "l"(gmem), "n"(CP), "r"(n));
+    cp_async_bytes<BYTES>(smem, gmem, pred ? BYTES : 0);
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
