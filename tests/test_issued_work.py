@@ -3,20 +3,14 @@ of a block executes, with idle units, tensor-core padding and shared operand loa
 
 from __future__ import annotations
 
+from opfactory import dw, pw
+
 from fuseplanner.cost import fused, model, time
-from fuseplanner.ir import Op, Tile
+from fuseplanner.ir import Tile
 from fuseplanner.specs import gpu
 
-
-def conv(name, kind, c_in, c_out, h, k=1):
-    pad = (k - 1) // 2
-    return Op(name=name, op_type="Conv", kind=kind, index=0, inputs=("a",), outputs=("b",),
-              input_shapes=((1, c_in, h, h),), output_shapes=((1, c_out, h, h),), kernel=(k, k), stride=(1, 1),
-              pads=(pad,) * 4, groups=c_in if kind == "dw" else 1, epilogue=("bias",))
-
-
-DW = conv("d", "dw", 32, 32, 7, 3)
-PW = conv("p", "pw", 32, 16, 7)
+DW = dw(32, 7, 7, 3)  # 32 channels, 7 x 7 map, 3 x 3 kernel
+PW = pw(32, 16, 7, 7)
 TILE = Tile(1, 4, 16, 16, 64)  # 4 pixels, 16 filters, chunks of 16 channels, 2 warps
 
 
