@@ -126,7 +126,7 @@ def to_markdown(plan: Plan, max_rejected: int | None = None) -> str:
     lines += _table(head, rows) if rows else ["No group helps on this GPU with these settings."]
     lines += ["", f"## Unfused layers ({len(plan.layers)})", ""]
     lay_rows = [
-        [lay.node, lay.kind, lay.op_type, str(lay.tile) if lay.tile else "-", _us(lay.cost), _mb(lay.cost.gma_bytes), _mb(lay.cost.dram_bytes)]
+        [lay.node, lay.kind + ("+res" if lay.residual else ""), lay.op_type, str(lay.tile) if lay.tile else "-", _us(lay.cost), _mb(lay.cost.gma_bytes), _mb(lay.cost.dram_bytes)]
         for lay in plan.layers
     ]
     lines += _table(["node", "kind", "op", "tile", "us", "GMA MB", "DRAM MB"], lay_rows)

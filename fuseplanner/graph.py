@@ -389,6 +389,41 @@ def find_candidates(graph: ModelGraph, kinds: Iterable[str] | None = None) -> Ca
     return Candidates(tuple(groups), tuple(rejected))
 
 
+@dataclass(frozen=True)
+class LayerResidual:
+    """A residual Add that one layer-by-layer kernel applies as its epilogue: the Add's node name and
+    its other operand (the tensor the kernel reads and adds)."""
+
+    add: str
+    tensor: str
+
+
+def layer_residuals(graph: ModelGraph) -> dict[str, LayerResidual]:
+    """DW/PW/linear ops whose kernel can apply the residual Add after them, run on their own.
+
+    An op qualifies when its only output feeds nothing but a same-shape residual Add (the rule that
+    lets a fused group's last member absorb it) and no other such op feeds the same Add: when both
+    operands of an Add come from ops that qualify, neither absorbs it (their order would decide which
+    operand is in memory first, so the Add stays a separate kernel)."""
+    ix = _Index(graph)
+    found: dict[str, LayerResidual] = {}
+    by_add: dict[str, list[str]] = {}
+    for name in graph.order:
+        op = graph.op(name)
+        if op.kind not in MEMBER_KINDS or len(op.outputs) != 1:
+            continue
+        add, _ = ix.single_consumer(op.outputs[0])
+        if add is None:
+            continue
+        aop = graph.op(add)
+        if not is_residual_add(aop) or _check_residual(ix, op.outputs[0], aop, {name}) is not None:
+            continue
+        other = aop.inputs[1] if aop.inputs[0] == op.outputs[0] else aop.inputs[0]
+        found[name] = LayerResidual(add, other)
+        by_add.setdefault(add, []).append(name)
+    return {n: r for n, r in found.items() if len(by_add[r.add]) == 1}
+
+
 def epilogue_names(graph: ModelGraph, cand: Candidate) -> tuple[str, ...]:
     """ONNX node names the fused kernel applies as epilogue: each member's absorbed nodes, the
     elementwise nodes between members and the residual Add, in execution order."""

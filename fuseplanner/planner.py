@@ -29,7 +29,7 @@ import numpy as np
 
 from . import tiles as tiles_mod
 from .errors import PlanError
-from .graph import Candidate, epilogue_names, find_candidates
+from .graph import Candidate, LayerResidual, epilogue_names, find_candidates, layer_residuals
 from .ir import DTYPE_BYTES, GROUP_KINDS, INFEASIBLE, Cost, ModelGraph, Op, Tile
 
 OBJECTIVES = ("time", "gma", "dram")
@@ -192,10 +192,11 @@ class TileSearch:
             for done in pool.map(_search_chunk, [(ctx, c) for c in chunks if c]):
                 self.cache.update(done)
 
-    def layer(self, op: Op) -> Choice:
-        """The best way to run one op on its own."""
+    def layer(self, op: Op, residual: bool = False) -> Choice:
+        """The best way to run one op on its own (`residual`: its kernel also applies the residual Add
+        after it)."""
         if op.kind in TILED_KINDS:
-            ch = self.best(op.kind, (op,), "add" in op.epilogue)
+            ch = self.best(op.kind, (op,), residual or "add" in op.epilogue)
             if ch.feasible:
                 return ch
         key = ("op", _signature(op))
@@ -399,6 +400,13 @@ class Evaluated:
     cand: Candidate
     fused: Choice
     unfused: Cost
+    #: a residual Add the group does not absorb but its last member would alone: run separately if fused
+    orphaned: Cost = field(default_factory=Cost)
+
+    @property
+    def fused_total(self) -> Cost:
+        """The fused kernel plus whatever fusing leaves to run separately."""
+        return self.fused.cost + self.orphaned
 
 
 def plan(
@@ -430,16 +438,25 @@ def plan(
     ops = {op.name: op.with_batch(b) for op in graph.ops()}
     search = TileSearch(spec, dtype, b, objective, model, precision)
     found = find_candidates(graph, allowed)
+    resid = layer_residuals(graph)
     jobs = [(op.kind, (op,), "add" in op.epilogue) for op in ops.values() if op.kind in TILED_KINDS]
+    jobs += [(ops[n].kind, (ops[n],), True) for n in resid]
     jobs += [_group_job(c, ops) for c in found.groups]
     search.prefetch(jobs, default_workers() if workers is None else workers)
     layer = {name: search.layer(op) for name, op in ops.items()}
+    library = {r.add: layer[r.add] for r in resid.values()}  # the Add as its own kernel
+    for name, r in list(resid.items()):
+        with_add = search.layer(ops[name], residual=True)
+        if with_add.tile is None:
+            del resid[name]  # no tile applies the Add: it stays a separate kernel
+            continue
+        layer[name], layer[r.add] = with_add, Choice(None, Cost())
 
     rejected = [RejectedPlan(kind=r.kind, nodes=list(r.members), absorbed=list(r.absorbed), stage="graph", reason=r.reason) for r in found.rejected]
     helpful: list[Evaluated] = []
     margin = float(spec.eff("fuse_min_speedup")) if model == "ours" else 1.0
     for cand in found.groups:
-        ev = _evaluate(cand, ops, layer, search)
+        ev = _evaluate(cand, ops, layer, search, _orphaned_add(cand, resid, library))
         why, stage = _why_not_helpful(ev, objective, margin)
         if why:
             rejected.append(_rejected(cand, stage, why))
@@ -447,7 +464,7 @@ def plan(
             helpful.append(ev)
 
     covers = [ev.cand.nodes for ev in helpful]
-    savings = [ev.unfused.metric(objective) - ev.fused.cost.metric(objective) for ev in helpful]
+    savings = [ev.unfused.metric(objective) - ev.fused_total.metric(objective) for ev in helpful]
     chosen = set(choose_exact(covers, savings))
     groups: list[GroupPlan] = []
     covered: dict[str, str] = {}
@@ -460,11 +477,7 @@ def plan(
             by = sorted({covered[n] for n in ev.cand.nodes if n in covered})
             rejected.append(_rejected(ev.cand, "overlap", f"overlaps chosen group {', '.join(by)}: the chosen set saves more"))
 
-    layers = [
-        LayerPlan(node=n, kind=ops[n].kind, op_type=ops[n].op_type, tile=layer[n].tile, cost=CostModel.from_cost(layer[n].cost))
-        for n in graph.order
-        if n not in covered
-    ]
+    layers = _layer_plans(graph, ops, layer, covered, resid, library, LayerPlan, CostModel)
     unfused_total = sum((layer[n].cost for n in graph.order), Cost())
     planned_total = sum((g.fused_cost for g in groups), Cost()) + sum((lay.ir_cost for lay in layers), Cost())
     groups.sort(key=lambda g: graph.order.index(g.nodes[0]))
@@ -489,10 +502,36 @@ def _group_job(cand: Candidate, ops: dict[str, Op]) -> tuple[str, tuple[Op, ...]
     return cand.kind, members, cand.residual or "add" in members[-1].epilogue
 
 
-def _evaluate(cand: Candidate, ops: dict[str, Op], layer: dict[str, Choice], search: TileSearch) -> Evaluated:
+def _evaluate(cand: Candidate, ops: dict[str, Op], layer: dict[str, Choice], search: TileSearch,
+              orphaned: Cost | None = None) -> Evaluated:  # fmt: skip
     fused = search.best(*_group_job(cand, ops))
     unfused = sum((layer[n].cost for n in cand.nodes), Cost())
-    return Evaluated(cand, fused, unfused)
+    return Evaluated(cand, fused, unfused, orphaned or Cost())
+
+
+def _orphaned_add(cand: Candidate, resid: dict[str, LayerResidual], library: dict[str, Choice]) -> Cost | None:
+    """The residual Add that the group's last member applies when run on its own but the group does
+    not absorb: fusing leaves it to run as a separate kernel (None when there is none)."""
+    r = resid.get(cand.members[-1])
+    return library[r.add].cost if r is not None and r.add not in cand.nodes else None
+
+
+def _layer_plans(graph: ModelGraph, ops: dict[str, Op], layer: dict[str, Choice], covered: dict[str, str],
+                 resid: dict[str, LayerResidual], library: dict[str, Choice], layer_cls, cost_cls) -> list:  # fmt: skip
+    """Every node no chosen group covers, in model order. An op that applies its residual Add keeps
+    it (the Add gets no entry of its own) unless a group covers the op; then the Add runs alone."""
+    absorbed = {r.add: n for n, r in resid.items() if n not in covered}
+    out = []
+    for n in graph.order:
+        if n in covered or n in absorbed:
+            continue
+        r = resid.get(n)
+        choice = library[n] if n in library and n not in absorbed else layer[n]
+        out.append(layer_cls(
+            node=n, kind=ops[n].kind, op_type=ops[n].op_type, tile=choice.tile, cost=cost_cls.from_cost(choice.cost),
+            residual=r is not None, absorbed=[r.add] if r else [], residual_input=r.tensor if r else None,
+        ))  # fmt: skip
+    return out
 
 
 def _why_not_helpful(ev: Evaluated, objective: str, margin: float = 1.0) -> tuple[str, str]:
@@ -503,7 +542,7 @@ def _why_not_helpful(ev: Evaluated, objective: str, margin: float = 1.0) -> tupl
         return ev.fused.reason or "no feasible tile", "tile"
     if not ev.unfused.feasible:
         return "a member has no feasible layer-by-layer kernel to compare with", "tile"
-    f, u = ev.fused.cost.metric(objective), ev.unfused.metric(objective)
+    f, u = ev.fused_total.metric(objective), ev.unfused.metric(objective)
     if f >= u:
         return f"fused {_fmt(f, objective)} is not below unfused {_fmt(u, objective)}", "gain"
     if objective == "time" and u < margin * f:

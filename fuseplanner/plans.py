@@ -129,6 +129,14 @@ class LayerPlan(BaseModel):
     op_type: str = ""
     tile: Tile | None = None
     cost: CostModel
+    residual: bool = Field(default=False, description="the kernel also applies the residual Add after this node")
+    absorbed: list[str] = Field(default_factory=list, description="the residual Add node the kernel applies")
+    residual_input: str | None = Field(default=None, description="the residual Add's other operand")
+
+    @property
+    def covers(self) -> list[str]:
+        """Every graph node this kernel runs: the node, then its absorbed residual Add."""
+        return [self.node, *self.absorbed]
 
     @property
     def ir_cost(self) -> Cost:

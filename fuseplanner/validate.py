@@ -211,8 +211,10 @@ def build_items(graph: ModelGraph, plan, ctx: Context, *, sweep: bool = False) -
                             "reason": f"{lay.op_type or lay.kind} runs in a library kernel, not a fuseplanner kernel"})
             continue
         ops = _ops(graph, [lay.node], ctx.batch)
+        from_input = bool(lay.residual_input) and lay.residual_input in ops[0].inputs
         items.append(Item(id=f"L{j}", role="layer", kind=lay.kind, ops=ops,
-                          steps=(Step(lay.kind, ops, lay.tile),), planned=True))
+                          steps=(Step(lay.kind, ops, lay.tile, lay.residual),), planned=True,
+                          residual=lay.residual, residual_from_input=from_input))  # fmt: skip
     position = {n: i for i, n in enumerate(graph.order)}
     items.sort(key=lambda it: position.get(it.ops[0].name, 0))  # model order; stable within a group
     return items, groups, skipped

@@ -11,6 +11,7 @@ from fuseplanner.graph import (
     epilogue_names,
     find_candidates,
     group_kind,
+    layer_residuals,
     producers,
     validate_group,
 )
@@ -155,6 +156,28 @@ def test_residual_operand_computed_after_a_member_is_illegal():
     why = validate_group(g2, ["dw", "p1", "add"])
     assert why is not None
     assert not any(x.residual for x in find_candidates(g2).groups)
+
+
+def test_layer_residuals():
+    # pw2's output feeds only the block's Add, whose other operand is the block input
+    assert {n: (r.add, r.tensor) for n, r in layer_residuals(G.residual()).items()} == {"pw2": ("add", "x")}
+    # p1's output also feeds p2, so only p2 (after p1, whose output b is then in memory) applies the Add
+    ops = [
+        G.conv("p1", "pw", "x", "b", 16, 16, 8),
+        G.conv("p2", "pw", "b", "c", 16, 16, 8),
+        G.opaque("add", "Add", ["b", "c"], "y", (1, 16, 8, 8)),
+    ]
+    g = G.make_graph("shared", ops, {"x": (1, 16, 8, 8)}, ["y"])
+    assert {n: (r.add, r.tensor) for n, r in layer_residuals(g).items()} == {"p2": ("add", "b")}
+    # both operands from ops that feed only the Add: neither applies it
+    ops = [
+        G.conv("pa", "pw", "x", "a", 16, 16, 8),
+        G.conv("pb", "pw", "x", "b", 16, 16, 8),
+        G.opaque("add", "Add", ["a", "b"], "y", (1, 16, 8, 8)),
+    ]
+    assert layer_residuals(G.make_graph("two", ops, {"x": (1, 16, 8, 8)}, ["y"])) == {}
+    # no Add at all
+    assert layer_residuals(G.chain()) == {}
 
 
 def test_check_partition():

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from fuseplanner import planner
 from fuseplanner.errors import PlanError
 from fuseplanner.graph import check_partition
+from fuseplanner.ir import Cost
 from fuseplanner.planner import choose_exact, choose_greedy, overlap_components, plan
 
 GPU = fakes.FakeGpu()
@@ -30,7 +31,7 @@ def _covered(p):
 
 def _assert_consistent(graph, p):
     """Every node is in exactly one group or layer; totals add up; the grouping is legal."""
-    names = [n for g in p.groups for n in g.covers] + [lay.node for lay in p.layers]
+    names = [n for g in p.groups for n in g.covers] + [n for lay in p.layers for n in lay.covers]
     assert sorted(names) == sorted(graph.order)
     assert check_partition(graph, _covered(p)) is None
     gma = sum(g.fused.gma_bytes for g in p.groups) + sum(lay.cost.gma_bytes for lay in p.layers)
@@ -89,6 +90,47 @@ def test_residual_block_absorbs_the_add(bytes_model):
     )
     assert grp.epilogue[-1] == "add"
     assert p.layers == []
+    _assert_consistent(g, p)
+
+
+def test_layer_by_layer_kernel_applies_the_residual_add(bytes_model):
+    # residual(h=4, c=16, exp=96), fp32, one tile covers each map and all filters:
+    #   x = y = 16*16*4 = 1024 B, a = b = 96*16*4 = 6144 B
+    #   pw1 1024 + (96*16+96)*4 + 6144 = 1024 + 6528 + 6144 = 13696
+    #   dw 6144 + (96*9+96)*4 + 6144 = 6144 + 3840 + 6144 = 16128
+    #   pw2 with the Add: 6144 + (16*96+16)*4 + 1024 (residual) + 1024 = 6144 + 6208 + 2048 = 14400
+    #   the Add alone would cost 2*1024 + 1024 = 3072 more: absorbed, it costs nothing
+    #   layer by layer: 13696 + 16128 + 14400 = 44224
+    #   PW->DW fused: 1024 + (6528 + 3840) + 6144 = 17536; planned 17536 + 14400 = 31936
+    g = G.residual(h=4, c=16, exp=96)
+    p = plan(g, GPU, objective="gma", kinds=["pw_dw"])
+    assert p.totals.unfused.gma_bytes == 44224
+    assert p.totals.planned.gma_bytes == 31936
+    assert [x.nodes for x in p.groups] == [["pw1", "dw"]]
+    (pw2,) = p.layers
+    assert (pw2.node, pw2.residual, pw2.absorbed, pw2.residual_input) == ("pw2", True, ["add"], "x")
+    assert pw2.cost.gma_bytes == 14400 and pw2.cost.launches == 1
+    _assert_consistent(g, p)
+
+
+def test_group_that_leaves_the_add_pays_for_it(monkeypatch):
+    # The residual DW->PW variant is made infeasible, so only the plain DW->PW group can fuse. Fused,
+    # its last member no longer applies the Add, which then runs alone (3072 B, as above):
+    #   dw + pw2 layer by layer (pw2 applying the Add): 16128 + 14400 = 30528
+    #   plain DW->PW: 6144 + (3840 + 6208) + 1024 = 17216, plus the Add 3072 = 20288: saves 10240
+    #   planned: pw1 13696 + 17216 + 3072 = 33984
+    def estimate(kind, ops, tile, dtype, batch, gpu, *, residual=False, **kw):
+        if residual and len(ops) > 1:
+            return Cost(feasible=False, reason="residual variant disabled by the test")
+        return fakes.bytes_estimate(kind, ops, tile, dtype, batch, gpu, residual=residual, **kw)
+
+    monkeypatch.setattr(planner, "_cost_functions", lambda: (estimate, fakes.bytes_estimate_op))
+    g = G.residual(h=4, c=16, exp=96)
+    p = plan(g, GPU, objective="gma", kinds=["dw_pw"])
+    assert [(x.nodes, x.residual) for x in p.groups] == [(["dw", "pw2"], False)]
+    assert [(lay.node, lay.residual, lay.cost.gma_bytes) for lay in p.layers] == [
+        ("pw1", False, 13696), ("add", False, 3072)]  # fmt: skip
+    assert p.totals.planned.gma_bytes == 33984
     _assert_consistent(g, p)
 
 

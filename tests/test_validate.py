@@ -44,6 +44,18 @@ def test_items_of_a_residual_block(bytes_model):
     assert skipped == []
 
 
+def test_layer_that_applies_the_residual_add_is_measured_with_it(bytes_model):
+    # only PW->DW may fuse, so pw2 runs on its own and applies the block's Add (other operand: x)
+    g = G.residual(h=4, c=16, exp=96)
+    p = planner.plan(g, GPU, objective="gma", kinds=["pw_dw"])
+    items, _, skipped = V.build_items(g, p, _ctx())
+    (layer,) = [i for i in items if i.role == "layer"]
+    assert layer.nodes == ["pw2"] and layer.residual and not layer.residual_from_input
+    assert [s.residual for s in layer.steps] == [True]
+    assert skipped == []  # the Add is not a library kernel to skip: pw2's kernel applies it
+    assert V.predict(layer, _ctx())["gma_bytes"] == 14400  # as in test_planner's hand count
+
+
 def test_unfused_prediction_is_the_sum_of_its_launches(bytes_model):
     g = G.residual(h=4)
     p = planner.plan(g, GPU)

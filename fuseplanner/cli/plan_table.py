@@ -61,7 +61,7 @@ def layers_table(plan: Plan) -> Table:
     for col, just in (("kind", "left"), ("tile", "left"), ("time us", "right"), ("GMA MB", "right"), ("DRAM MB", "right")):
         t.add_column(col, justify=just, no_wrap=True)
     for lay in listed:
-        t.add_row(lay.node, lay.kind, str(lay.tile) if lay.tile else "library", _us(lay.cost), _mb(lay.cost.gma_bytes), _mb(lay.cost.dram_bytes))
+        t.add_row(lay.node, lay.kind + ("+res" if lay.residual else ""), str(lay.tile) if lay.tile else "library", _us(lay.cost), _mb(lay.cost.gma_bytes), _mb(lay.cost.dram_bytes))
     if rest:
         total = sum((lay.cost.to_cost() for lay in rest), Cost())
         c = CostModel.from_cost(total)
