@@ -26,7 +26,7 @@ import cupy as cp  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from fuseplanner import kernels, tiles  # noqa: E402
+from fuseplanner import kernels, planner, tiles  # noqa: E402
 from fuseplanner.ir import Op  # noqa: E402
 from fuseplanner.kernels._common import device_spec  # noqa: E402
 from fuseplanner.measure import time_kernel  # noqa: E402
@@ -77,15 +77,17 @@ def score(kind, op, t, sms, tc_path=False, fill_exp=0.7):
 
 
 def pick_tiles(kind, op, dtype, precision, gpu, k):
+    """The cost model's best tile, then up to `k` shortlisted by the heuristic `score`."""
     cands = tiles.candidates(kind, [op], dtype, gpu)
+    model = planner.TileSearch(gpu, dtype, op.batch, "time", "ours", precision).best(kind, (op,)).tile
     sms = getattr(gpu, "sm_count", 132)
     tc_path = dtype == "fp16" or precision == "tf32"
     # half the picks favour filling the SMs, half favour big tiles (more reuse, fewer blocks)
-    picks: list = []
+    picks: list = [model] if model is not None else []
     for fill_exp in (0.7, 0.2):
         ranked = sorted(cands, key=lambda t: -score(kind, op, t, sms, tc_path, fill_exp))
         picks += [t for t in ranked if t not in picks][: (k + 1) // 2]
-    return picks[:k]
+    return picks[: k + 1]
 
 
 def rel_err(a, ref):
@@ -131,7 +133,8 @@ def bench_layer(kind, op, dtype, precision, gpu, args, rng):
     nbytes = (math.prod(op.in_shape) + math.prod(op.out_shape)) * e + w_store.nbytes + b.nbytes
     return {
         "layer": op.name, "kind": kind, "batch": op.batch, "dtype": dtype, "precision": precision,
-        "tile": str(tile), "defines": {k: v for k, v in getattr(fn, "defines", {}).items()},
+        "tile": str(tile) + (f" KS{fn.defines['KS']}" if getattr(fn, "defines", {}).get("KS", 1) > 1 else ""),
+        "defines": {k: v for k, v in getattr(fn, "defines", {}).items()},
         "rel_err": err, "tol": TOL[(dtype, precision)], "ok": err < TOL[(dtype, precision)],
         "ours_cold_us": ours_cold.median_us, "ours_warm_us": ours_warm.median_us,
         "torch_cold_us": torch_cold.median_us, "torch_warm_us": torch_warm.median_us,
@@ -188,7 +191,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=100)
     ap.add_argument("--search-repeat", type=int, default=15)
     ap.add_argument("--batches", default="1,8")
-    ap.add_argument("--only", default="", help="substring filter on layer names")
+    ap.add_argument("--only", default="", help="comma-separated substrings: layers whose name has one of them")
     args = ap.parse_args()
     out = Path(args.outdir)
     out.mkdir(parents=True, exist_ok=True)
@@ -204,7 +207,7 @@ def main() -> int:
     for batch in (int(b) for b in args.batches.split(",")):
         for kind, ci, co, h, s, act in layers:
             op = make_op(kind, ci, co, h, s, act, batch)
-            if args.only and args.only not in op.name:
+            if args.only and not any(part in op.name for part in args.only.split(",")):
                 continue
             for dtype, precision in MODES:
                 if kind == "dw" and precision == "tf32":

@@ -455,8 +455,14 @@ def plan(
     rejected = [RejectedPlan(kind=r.kind, nodes=list(r.members), absorbed=list(r.absorbed), stage="graph", reason=r.reason) for r in found.rejected]
     helpful: list[Evaluated] = []
     margin = float(spec.eff("fuse_min_speedup")) if model == "ours" else 1.0
-    for cand in found.groups:
-        ev = _evaluate(cand, ops, layer, search, _orphaned_add(cand, resid, library))
+    evaluated = [_evaluate(cand, ops, layer, search, _orphaned_add(cand, resid, library)) for cand in found.groups]
+    with_add = {ev.cand.members for ev in evaluated if ev.cand.residual and ev.fused.feasible}
+    for ev in evaluated:
+        cand = ev.cand
+        if not cand.residual and cand.members in with_add and cand.members[-1] in resid:
+            rejected.append(_rejected(cand, "overlap", f"the same group applying the residual Add "
+                                                       f"{resid[cand.members[-1]].add!r} is evaluated instead"))
+            continue
         why, stage = _why_not_helpful(ev, objective, margin)
         if why:
             rejected.append(_rejected(cand, stage, why))

@@ -71,6 +71,17 @@ FUSED_RING_BYTES = 64 * 1024
 MAX_CLUSTER_SPLIT = 8
 CLUSTER_FILL = 2
 MIN_SPLIT_CHUNKS = 2
+#: Kernel kinds with a cluster split of their reduction: the fused DW->PW and the layer-by-layer
+#: pw/linear kernel (a deep reduction over few output tiles, e.g. 960 -> 160 channels on a 7x7 map).
+SPLIT_KINDS = ("dw_pw", "pw", "linear")
+#: Row pad of the split pw/linear kernel's fp32 partial tile (kernels/pw.cu PPAD).
+PW_PPAD = 4
+#: The pw/linear kernel splits only reductions at least this deep. Measured on the H100
+#: (scripts/lbl_split_check.sh, BENCHMARKS.md): MobileNetV2's 384-960-channel PW layers on 14x14 and
+#: 7x7 maps ran 1.5-3x faster split (e.g. 960->160 at batch 8, TF32 40.2 -> 19.1 us), while MobileViT's
+#: 64-192-channel linear layers ran about 1 us slower split than unsplit (few short chunks: the
+#: cluster barriers and the reduction cost more than the chain they shorten).
+LBL_SPLIT_MIN_CHANNELS = 256
 
 LBL_KINDS = ("dw", "pw", "linear")
 
@@ -276,12 +287,18 @@ def fused_stages(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> int:
     return ring_stages(_STAGE_BYTES[kind](ops, tile.th, tile.tw, tile.tf, tile.tc, dtype_bytes(dtype)))
 
 
-def cluster_split(kind: str, ops: Sequence[Op], tile: Tile, batch: int, gpu) -> int:
-    """Blocks of a thread-block cluster that share one dw_pw output tile, each reducing every KS-th
-    channel chunk (kernels/fused_dw_pw.cu KS): the largest power of two up to MAX_CLUSTER_SPLIT that
-    leaves every block MIN_SPLIT_CHUNKS chunks and keeps the grid within CLUSTER_FILL blocks per SM of
-    `gpu` (a GpuSpec). 1 for the other kinds and before compute capability 9.0 (no clusters)."""
-    if kind != "dw_pw" or int(gpu.compute_capability.split(".")[0]) < 9:
+def cluster_split(kind: str, ops: Sequence[Op], tile: Tile, batch: int, gpu, dtype: str = "fp32") -> int:
+    """Blocks of a thread-block cluster that share one output tile, each reducing every KS-th channel
+    chunk (KS of kernels/fused_dw_pw.cu and kernels/pw.cu): the largest power of two up to
+    MAX_CLUSTER_SPLIT that leaves every block MIN_SPLIT_CHUNKS chunks and keeps the grid within
+    CLUSTER_FILL blocks per SM of `gpu` (a GpuSpec). pw/linear split only reductions of
+    LBL_SPLIT_MIN_CHANNELS or more, and only while the fp32 partial tile fits in the `dtype` ring it
+    aliases (`split_partial_bytes`). 1 for the other kinds and before compute capability 9.0 (no
+    clusters)."""
+    if kind not in SPLIT_KINDS or int(gpu.compute_capability.split(".")[0]) < 9:
+        return 1
+    if kind in ("pw", "linear") and (ops[0].c_in < LBL_SPLIT_MIN_CHANNELS
+                                     or split_partial_bytes(tile) > smem_bytes(kind, ops, tile, dtype)):
         return 1
     sm_count = gpu.sm_count
     last = _last(ops)
@@ -292,6 +309,11 @@ def cluster_split(kind: str, ops: Sequence[Op], tile: Tile, batch: int, gpu) -> 
     while 2 * ks <= min(MAX_CLUSTER_SPLIT, chunks // MIN_SPLIT_CHUNKS) and 2 * ks * blocks <= CLUSTER_FILL * sm_count:
         ks *= 2
     return ks
+
+
+def split_partial_bytes(tile: Tile) -> int:
+    """Bytes of a split pw/linear block's fp32 partial tile, Ps[tf][th*tw + PW_PPAD] (kernels/pw.cu)."""
+    return tile.tf * (tile.th * tile.tw + PW_PPAD) * ACC_BYTES
 
 
 def fused_smem_total(layout: dict[str, int]) -> int:

@@ -175,7 +175,8 @@ def build_items(graph: ModelGraph, plan, ctx: Context, *, sweep: bool = False) -
     """Items to measure for `plan`, the group table for decisions, and what was skipped (with reasons)."""
     from .graph import find_candidates
 
-    cands = {c.members: c for c in find_candidates(graph, plan.kinds or None).groups}
+    # a group with and without its residual Add has the same members: key by both
+    cands = {(c.members, c.absorbed): c for c in find_candidates(graph, plan.kinds or None).groups}
     items: list[Item] = []
     groups: dict[str, dict] = {}
     skipped: list[dict] = []
@@ -191,7 +192,7 @@ def build_items(graph: ModelGraph, plan, ctx: Context, *, sweep: bool = False) -
             skipped.append({"id": f"{gid}.u", "nodes": list(g.nodes), "reason": why})
     if sweep:
         for j, r in enumerate(x for x in plan.rejected if x.stage == "gain"):
-            cand = cands.get(tuple(r.nodes))
+            cand = cands.get((tuple(r.nodes), tuple(r.absorbed)))
             if cand is None:
                 continue
             rid = f"r{j}"

@@ -169,3 +169,27 @@ __device__ __forceinline__ void mma_f16_k8(float* d, const unsigned* a, const un
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(b[0]));
 }
+
+// ---- split reduction over a thread-block cluster (KS blocks, Hopper and later) ---------------------
+// The KS blocks of a cluster (__cluster_dims__(KS, 1, 1), consecutive blockIdx.x) share one output
+// tile: each reduces every KS-th chunk into an fp32 partial tile in its shared memory, then sums a
+// 1/KS share of the tile over the cluster's shared memory (DSMEM).
+#ifndef KS
+#define KS 1
+#endif
+#if KS > 1
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+}
+// Read a float at the same shared-memory offset as `p` in block `rank` of this cluster.
+__device__ __forceinline__ float ld_cluster(const float* p, int rank) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(p), r;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(r) : "memory");
+    return v;
+}
+#define CLUSTER_ATTR __cluster_dims__(KS, 1, 1)
+#else
+#define CLUSTER_ATTR
+#endif

@@ -24,9 +24,6 @@
 //          G2M G2N ME2 NE2 STAGES KS XA TFP SMEM_TOTAL.
 #include "fused_common.cuh"
 
-#ifndef KS
-#define KS 1
-#endif
 #ifndef XA
 #define XA 1
 #endif
@@ -50,23 +47,6 @@ constexpr int SMEM = imax(O_DS + SZ_DS, SZ_ST);
 static_assert(SMEM == SMEM_TOTAL, "shared-memory layout disagrees with fuseplanner.tiles");
 static_assert(STAGES >= 1, "the ring needs a stage");
 constexpr int K2 = PREC == 0 ? TC : KP;
-
-#if KS > 1
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
-}
-// Read a float at the same shared-memory offset as `p` in block `rank` of this cluster.
-__device__ __forceinline__ float ld_cluster(const float* p, int rank) {
-    unsigned a = (unsigned)__cvta_generic_to_shared(p), r;
-    float v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(r) : "memory");
-    return v;
-}
-#define CLUSTER_ATTR __cluster_dims__(KS, 1, 1)
-#else
-#define CLUSTER_ATTR
-#endif
 
 extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_ATTR
 fused_dw_pw(const T* __restrict__ x, const float* __restrict__ w1, const float* __restrict__ b1,

@@ -15,6 +15,11 @@
 // thread (A_THR threads along filters; or FLAT = 1: outputs tid + r*THREADS); 1 = TF32 mma.sync
 // m16n8k8; 2 = fp16 mma.sync m16n8k16 (KSTEP 16) or m16n8k8 (KSTEP 8); fp32 accumulation. Tensor-core
 // warps form a WARPS_M x WARPS_N grid, each owning WM_T x WN_T mma tiles of 16 x 8.
+//
+// Split reduction (KS > 1, tiles.cluster_split: a deep reduction over few output tiles): grid x is
+// the pixel tile times KS, the KS blocks of a cluster take every KS-th chunk, leave their fp32 partial
+// tile Ps[TF][P + PPAD] in the (drained) ring, and each applies the epilogue to a 1/KS share of the
+// tile summed over the cluster's shared memory.
 #include "common.cuh"
 
 #ifndef CL
@@ -48,6 +53,10 @@
 #define XS_ELEMS (TC * XLD)
 #endif
 #define WS_ELEMS (TF * WLD)
+#define PPAD 4
+#define PLD (P + PPAD)
+static_assert(KS == 1 || TF * PLD * 4 <= STAGES * (WS_ELEMS + XS_ELEMS) * (int)sizeof(T),
+              "the split's partial tile must fit in the ring it aliases (tiles.cluster_split)");
 
 // element (k, p) of an X stage
 #if CL
@@ -180,7 +189,16 @@ __device__ __forceinline__ void store_out2(T* __restrict__ out, const float* __r
     store_out(out, bias, res, n, f, y0, x0, p + 1, v1, g);
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS)
+// Accumulator (f, p) of this block: into its partial tile (KS > 1) or, with the epilogue, to `out`.
+#if KS > 1
+#define EMIT(f, p, v) (((f) < TF && (p) < P) ? (void)(part[(f) * PLD + (p)] = (v)) : (void)0)
+#define EMIT2(f, p, v0, v1) (EMIT(f, p, v0), EMIT(f, (p) + 1, v1))
+#else
+#define EMIT(f, p, v) store_out(out, bias, res, n, f0 + (f), y0, x0, p, v, g)
+#define EMIT2(f, p, v0, v1) store_out2(out, bias, res, n, f0 + (f), y0, x0, p, v0, v1, g)
+#endif
+
+extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_ATTR
 pw_kernel(const T* __restrict__ x, const T* __restrict__ w, const float* __restrict__ bias,
           const T* __restrict__ res, T* __restrict__ out, int C_in, int H, int W, int C_out, int Ho, int Wo,
           int tiles_w) {
@@ -190,8 +208,10 @@ pw_kernel(const T* __restrict__ x, const T* __restrict__ w, const float* __restr
     const Geom g{C_in, H, W, C_out, Ho, Wo};
 
     const int tid = threadIdx.x;
-    const int y0 = (blockIdx.x / tiles_w) * TH;
-    const int x0 = (blockIdx.x % tiles_w) * TW;
+    const int rank = KS > 1 ? (int)(blockIdx.x % KS) : 0;
+    const int tile = blockIdx.x / KS;
+    const int y0 = (tile / tiles_w) * TH;
+    const int x0 = (tile % tiles_w) * TW;
     const int f0 = blockIdx.y * TF;
     const int n = blockIdx.z;
 #if CL
@@ -199,7 +219,9 @@ pw_kernel(const T* __restrict__ x, const T* __restrict__ w, const float* __restr
 #else
     const T* xn = x + (long long)n * C_in * H * W;
 #endif
-    const int nk = cdiv(C_in, TC);
+    const int nch = cdiv(C_in, TC);
+    const int nk = nch > rank ? (nch - rank + KS - 1) / KS : 0;  // this block's chunks: rank, rank + KS, ...
+    auto k0_of = [&](int i) { return (rank + i * KS) * TC; };     // first channel of its i-th chunk
 
 #if USE_TC == 0
 #if FLAT
@@ -237,26 +259,26 @@ pw_kernel(const T* __restrict__ x, const T* __restrict__ w, const float* __restr
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (s < nk) {
-            if (WU > 0) issue_async<(WU > 0 ? WU : 1), true>(ws_base + s * WS_ELEMS, w, f0, 0, s * TC, g);
-            if (XU > 0) issue_async<(XU > 0 ? XU : 1), false>(xs_base + s * XS_ELEMS, xn, y0, x0, s * TC, g);
+            if (WU > 0) issue_async<(WU > 0 ? WU : 1), true>(ws_base + s * WS_ELEMS, w, f0, 0, k0_of(s), g);
+            if (XU > 0) issue_async<(XU > 0 ? XU : 1), false>(xs_base + s * XS_ELEMS, xn, y0, x0, k0_of(s), g);
         }
         cp_async_commit();
     }
-    if (WU == 0) { wreg.fetch(w, f0, 0, 0, g); wreg.put(ws_base, w, f0, 0, g); }
-    if (XU == 0) { xreg.fetch(xn, y0, x0, 0, g); xreg.put(xs_base, xn, y0, x0, g); }
+    if (WU == 0) { wreg.fetch(w, f0, 0, k0_of(0), g); wreg.put(ws_base, w, f0, 0, g); }
+    if (XU == 0) { xreg.fetch(xn, y0, x0, k0_of(0), g); xreg.put(xs_base, xn, y0, x0, g); }
 
 #pragma unroll 1
     for (int kc = 0; kc < nk; ++kc) {
         const bool more = kc + 1 < nk;
-        if (WU == 0 && more) wreg.fetch(w, f0, 0, (kc + 1) * TC, g);
-        if (XU == 0 && more) xreg.fetch(xn, y0, x0, (kc + 1) * TC, g);
+        if (WU == 0 && more) wreg.fetch(w, f0, 0, k0_of(kc + 1), g);
+        if (XU == 0 && more) xreg.fetch(xn, y0, x0, k0_of(kc + 1), g);
         cp_async_wait<STAGES - 2>();
         __syncthreads();
         {
             const int nc = kc + STAGES - 1, ns = nc % STAGES;
             if (nc < nk) {
-                if (WU > 0) issue_async<(WU > 0 ? WU : 1), true>(ws_base + ns * WS_ELEMS, w, f0, 0, nc * TC, g);
-                if (XU > 0) issue_async<(XU > 0 ? XU : 1), false>(xs_base + ns * XS_ELEMS, xn, y0, x0, nc * TC, g);
+                if (WU > 0) issue_async<(WU > 0 ? WU : 1), true>(ws_base + ns * WS_ELEMS, w, f0, 0, k0_of(nc), g);
+                if (XU > 0) issue_async<(XU > 0 ? XU : 1), false>(xs_base + ns * XS_ELEMS, xn, y0, x0, k0_of(nc), g);
             }
             cp_async_commit();
         }
@@ -350,19 +372,24 @@ pw_kernel(const T* __restrict__ x, const T* __restrict__ w, const float* __restr
     }
 
     // ---- epilogue ----------------------------------------------------------------------------------
+#if KS > 1
+    float* part = reinterpret_cast<float*>(smem_raw);
+    cp_async_wait<0>();
+    __syncthreads();  // the partial tile aliases the ring
+#endif
 #if USE_TC == 0
 #if FLAT
 #pragma unroll
     for (int r = 0; r < R; ++r) {
         const int o = tid + r * THREADS;
-        store_out(out, bias, res, n, f0 + o / P, y0, x0, o % P, acc[r], g);
+        EMIT(o / P, o % P, acc[r]);
     }
 #else
 #pragma unroll
     for (int i = 0; i < RF; ++i)
 #pragma unroll
         for (int j = 0; j < RP; ++j)
-            store_out(out, bias, res, n, f0 + ta + i * A_THR, y0, x0, tb + j * B_THR, acc[i][j], g);
+            EMIT(ta + i * A_THR, tb + j * B_THR, acc[i][j]);
 #endif
 #else
 #pragma unroll
@@ -374,9 +401,20 @@ pw_kernel(const T* __restrict__ x, const T* __restrict__ w, const float* __restr
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int r = r0 + h * 8;
-                if (r < TF) store_out2(out, bias, res, n, f0 + r, y0, x0, c, acc[i][j][2 * h], acc[i][j][2 * h + 1], g);
+                if (r < TF) EMIT2(r, c, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
             }
         }
     }
+#endif
+#if KS > 1
+    cluster_sync();  // every block's partial tile is in its shared memory
+    for (int i = rank * THREADS + tid; i < TF * P; i += KS * THREADS) {
+        const int f = i / P, p = i - (i / P) * P;
+        float a = 0.f;
+#pragma unroll
+        for (int q = 0; q < KS; ++q) a += ld_cluster(part + f * PLD + p, q);
+        store_out(out, bias, res, n, f0 + f, y0, x0, p, a, g);
+    }
+    cluster_sync();  // keep this block's shared memory alive until the others have read it
 #endif
 }

@@ -39,6 +39,13 @@ COMBOS = [
                             "THREADS": 64}, False),
     ("pw.cu", "pw_kernel", {**BASE_PW, "T_HALF": 1, "XU": 0, "WU": 0, "HAS_RES": 1, "ACT": 3, "USE_TC": 2, **MMA}, True),
     ("pw.cu", "pw_kernel", {**BASE_PW, "T_HALF": 1, "XU": 0, "WU": 0, "HAS_RES": 1, "ACT": 3, "TC": 12}, False),
+    # cluster split of the reduction (KS blocks per cluster), every math path
+    ("pw.cu", "pw_kernel", {**BASE_PW, "KS": 4}, True),
+    ("pw.cu", "pw_kernel", {**BASE_PW, "KS": 8, "USE_TC": 1, **MMA, "HAS_RES": 1}, True),
+    ("pw.cu", "pw_kernel", {**BASE_PW, "KS": 2, "USE_TC": 2, "T_HALF": 1, "XU": 8, "WU": 8, **MMA}, True),
+    ("pw.cu", "pw_kernel", {**BASE_PW, "KS": 2, "SH": 2, "SW": 2, "XU": 1, "FLAT": 1, "TH": 7, "TW": 7,
+                            "THREADS": 64}, False),
+    ("pw.cu", "pw_kernel", {**BASE_PW, "KS": 4, "CL": 1, "TH": 64, "TW": 1, "USE_TC": 1, **MMA, "ACT": 6}, True),
     ("probe_placement.cu", "probe_placement", {"THREADS": 256, "KS": 8}, True),
 ]
 

@@ -113,6 +113,16 @@ def test_layer_by_layer_kernel_applies_the_residual_add(bytes_model):
     _assert_consistent(g, p)
 
 
+def test_plain_variant_of_a_group_that_can_apply_the_add_is_not_a_decision(bytes_model):
+    # DW->PW with the Add and without it cover the same members; only the one with the Add is weighed
+    g = G.residual(h=4, c=16, exp=96)
+    p = plan(g, GPU, objective="gma", kinds=["dw_pw"])
+    assert [(x.nodes, x.residual) for x in p.groups] == [(["dw", "pw2"], True)]
+    (plain,) = [r for r in p.rejected if r.nodes == ["dw", "pw2"] and not r.absorbed]
+    assert plain.stage == "overlap" and "'add'" in plain.reason
+    _assert_consistent(g, p)
+
+
 def test_group_that_leaves_the_add_pays_for_it(monkeypatch):
     # The residual DW->PW variant is made infeasible, so only the plain DW->PW group can fuse. Fused,
     # its last member no longer applies the Add, which then runs alone (3072 B, as above):

@@ -78,14 +78,30 @@ def test_cluster_launch_waves_on_the_cluster_sms():
     assert kernel_time(_work(224), 1e6, *args, sms=120) == pytest.approx(kernel_time(_work(224), 1e6, *args), rel=0.1)
 
 
-def test_split_reduction_adds_one_step_and_large_clusters_use_cluster_sms(monkeypatch):
+def test_split_reduction_adds_one_latency_and_large_clusters_use_cluster_sms(monkeypatch):
     ops = (dw(960, 7, 7), pw(960, 160, 7, 7))
     t = Tile(1, 4, 128, 32, 256)  # 14 spatial x 2 filter tiles = 28 blocks, 30 chunks -> KS 8 (224 blocks)
     assert tiles.cluster_split("dw_pw", ops, t, 1, H100) == 8
     km = cost_model.context("dw_pw", ops, "fp32")
     w0 = km.work(t, 1, False)
-    w, _, ks = cost_model.scheduled("dw_pw", ops, t, "fp32", 1, H100, w0)
-    assert (ks, w.blocks, w.iters) == (8, 224, -(-w0.iters // 8) + 1)  # ceil(30 / 8) + 1 = 5
+    w, depth, ks = cost_model.scheduled("dw_pw", ops, t, "fp32", 1, H100, w0)
+    assert depth == tiles.fused_stages("dw_pw", ops, t, "fp32") - 1
+    # ceil(30 / 8) = 4 chunks each, then the reduction: `depth` steps, i.e. one whole latency
+    assert (ks, w.blocks, w.iters) == (8, 224, 4 + depth)
+    # layer by layer: pw 960 -> 160 on 7x7 in 2x4 x 64-filter tiles: 4 x 2 x 3 = 24 blocks, 30 chunks of
+    # 32 -> KS 8 (2 x 8 x 24 = 384 > 2 x 132 stops there); each block 4 chunks + 5 (ring depth) steps
+    (p,) = ops[1:]
+    t = Tile(2, 4, 64, 32, 256)
+    assert tiles.cluster_split("pw", (p,), t, 1, H100, "fp32") == 8
+    w, depth, ks = cost_model.scheduled("pw", (p,), t, "fp32", 1, H100, cost_model.context("pw", (p,), "fp32").work(t, 1, False))
+    assert (ks, depth, w.blocks, w.iters) == (8, 5, 24 * 8, 4 + 5)
+    # a reduction under LBL_SPLIT_MIN_CHANNELS (192 < 256) or a tile whose partial outgrows its ring: none
+    assert tiles.cluster_split("pw", (pw(192, 160, 7, 7),), Tile(2, 4, 64, 16, 256), 1, H100, "fp32") == 1
+    # 8x8 pixels x 256 filters, chunks of 8: ring stage 256*(8+4)*4 + 8*(64+8)*4 = 14592 B, 4 stages in
+    # 64 KiB = 58368 B; the partial tile 256*(64+4)*4 = 69632 B does not fit
+    wide, big = pw(960, 320, 8, 8), Tile(8, 8, 256, 8, 256)
+    assert (tiles.smem_bytes("pw", (wide,), big, "fp32"), tiles.split_partial_bytes(big)) == (58368, 69632)
+    assert tiles.cluster_split("pw", (wide,), big, 1, H100, "fp32") == 1
     # 16 x 4 spatial tiles x 1 filter tile = 64 blocks, 8 chunks -> KS 4: 256 blocks at 2 per SM, one
     # wave on 132 SMs, two on the 120 that clusters of 4 reach
     ops = (dw(64, 16, 16), pw(64, 64, 16, 16))

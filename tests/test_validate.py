@@ -109,6 +109,23 @@ def test_sweep_measures_rejected_gain_candidates(monkeypatch):
     assert sum(i.role == "layer" for i in items) == 3
 
 
+def test_sweep_measures_the_rejected_variant_itself(monkeypatch):
+    # on a residual block nothing fuses; each rejected group is measured as the variant the planner
+    # rejected (with or without the residual Add), not another variant with the same members
+    def expensive(kind, ops, tile, *a, **k):
+        c = fakes.bytes_estimate(kind, ops, tile, *a, **k)
+        return c if len(ops) == 1 else replace(c, gma_read_bytes=10 * c.gma_read_bytes, time_s=10 * c.time_s)
+
+    monkeypatch.setattr(planner, "_cost_functions", lambda: (expensive, fakes.bytes_estimate_op))
+    monkeypatch.setattr(V, "_estimator", lambda: expensive)
+    g = G.residual(h=4)
+    p = planner.plan(g, GPU)
+    gain = [(tuple(r.nodes), bool(r.absorbed)) for r in p.rejected if r.stage == "gain"]
+    _, groups, _ = V.build_items(g, p, _ctx(), sweep=True)
+    assert sorted((tuple(x["nodes"]), x["residual"]) for x in groups.values()) == sorted(gain)
+    assert any(res for _, res in gain)  # the variants that apply the Add are among them
+
+
 def test_make_case_rounds_to_fp16(bytes_model):
     g = G.residual(h=4)
     p = planner.plan(g, GPU)

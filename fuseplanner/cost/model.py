@@ -119,18 +119,20 @@ def l1_filtered(w: Work, hw: Hw, half: bool) -> Work:
 
 def scheduled(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, batch: int, gpu: GpuSpec,
               w: Work) -> tuple[Work, int, int]:  # fmt: skip
-    """(`w` as the launch schedules it, chunk loads a block keeps in flight, cluster split). A dw_pw
-    cluster split (`tiles.cluster_split`) multiplies the blocks and divides each block's chain of
-    chunks, plus one step for the reduction after the loop (a cluster barrier and the partial tiles
-    read over distributed shared memory: about one chunk, benchmarks/probe_records.py); the bytes and
+    """(`w` as the launch schedules it, chunk loads a block keeps in flight, cluster split). A dw_pw or
+    pw/linear cluster split (`tiles.cluster_split`) multiplies the blocks and divides each block's chain of
+    chunks, plus one whole latency for the reduction after the loop (cluster barriers and the partial
+    tiles read over distributed shared memory, which nothing overlaps); the bytes and
     FLOPs stay. Depth: the cp.async ring's stages - 1 (pw/linear and the fused kinds; 1 for a one-stage
     ring, whose one chunk in flight does not overlap the math), else 1."""
-    ks = tiles.cluster_split(kind, ops, tile, batch, gpu)
-    if ks > 1:
-        w = w._replace(blocks=w.blocks * ks, iters=cdiv(w.iters, ks) + 1)
+    ks = tiles.cluster_split(kind, ops, tile, batch, gpu, dtype)
     if kind in tiles.FUSED_KINDS:
-        return w, max(1, tiles.fused_stages(kind, ops, tile, dtype) - 1), ks
-    return w, PIPELINE_DEPTH.get(kind, 1), ks
+        depth = max(1, tiles.fused_stages(kind, ops, tile, dtype) - 1)
+    else:
+        depth = PIPELINE_DEPTH.get(kind, 1)
+    if ks > 1:  # the reduction after the loop is not pipelined: a whole latency, `depth` chained steps
+        w = w._replace(blocks=w.blocks * ks, iters=cdiv(w.iters, ks) + depth)
+    return w, depth, ks
 
 
 @lru_cache(maxsize=65536)

@@ -22,6 +22,7 @@ from ._common import (
     check_array,
     check_precision,
     conv_out_hw,
+    device_props,
     dtype_defines,
     epilogue_defines,
     linear_dims,
@@ -204,6 +205,7 @@ def prepare_pw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp32",
     e = dtype_bytes(dtype)
     kpad = tiles.PW_KPAD_BYTES // e
     stages = tiles.pw_stages(kind, tile, dtype)
+    split = tiles.cluster_split(kind, ops, tile, n, device_props(cp), dtype)
     xs_off = stages * tf * (tc + kpad) * e  # byte offset of the X stages (kernels/pw.cu)
     xld = tc + kpad if cl else th * tw + tiles.PW_XPAD
     wu = _vector_elems(wt.data.ptr, dtype, lambda u: c_in % u == 0 and tc % u == 0)
@@ -219,11 +221,11 @@ def prepare_pw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp32",
         **epilogue_defines(op, b is not None, residual is not None),
         **pw_variant(tile, dtype, precision),
         "TH": th, "TW": tw, "TF": tf, "TC": tc, "THREADS": threads, "SH": sh, "SW": sw, "CL": int(cl),
-        "XU": xu, "WU": wu, "STAGES": stages,
+        "XU": xu, "WU": wu, "STAGES": stages, "KS": split,
     }
     kernel = _build.compile_kernel("pw.cu", "pw_kernel", defines)
     tiles_w = math.ceil(wo / tw)
-    grid = (math.ceil(ho / th) * tiles_w, math.ceil(c_out / tf), n)
+    grid = (math.ceil(ho / th) * tiles_w * split, math.ceil(c_out / tf), n)
     nul = null_ptr(cp)
     args = (x, wt, b if b is not None else nul, residual if residual is not None else nul, out,
             *_i32(c_in, h, w, c_out, ho, wo, tiles_w))

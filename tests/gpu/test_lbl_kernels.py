@@ -175,3 +175,29 @@ def test_linear_2d_tokens_and_no_bias():
             input_shapes=((77, 40),), output_shapes=((77, 24),), epilogue=("gelu",))
     tile = tiles.candidates("linear", [op], "fp32", GPU)[0]
     run_case("linear", op, tile, "fp32", "fp32", seed=3)
+
+
+@pytest.mark.parametrize("ks", [2, 4, 8])
+@pytest.mark.parametrize("dtype,precision", [("fp32", "fp32"), ("fp32", "tf32"), ("fp16", "fp32")])
+@pytest.mark.parametrize("kind", ["pw", "linear"])
+def test_pw_every_cluster_split(kind, ks, dtype, precision, monkeypatch):
+    """The pw/linear split reduction is right for every cluster size, also with more blocks than chunks
+    (KS 8 over 6 chunks: two blocks of each cluster own none), on an odd map with a residual, whatever
+    tiles.cluster_split would pick; the launch carries KS and KS times the pixel tiles."""
+    if kind == "pw":
+        op = conv_op("pw", 45, 37, 5, 7, act="relu6", batch=2, residual=True)
+    else:
+        op = linear_op(45, 37, 13, batch=2, act="gelu", residual=True)
+    cands = [t for t in tiles.candidates(kind, [op], dtype, GPU)
+             if tiles.split_partial_bytes(t) <= tiles.smem_bytes(kind, [op], t, dtype)]
+    tile = min(cands, key=lambda t: (t.tc, -t.threads))  # 45 channels in chunks of 8 -> 6 chunks
+    monkeypatch.setattr(tiles, "cluster_split", lambda k, *a: ks if k == kind else 1)
+    np_dt = np.float16 if dtype == "fp16" else np.float32
+    x = cp.asarray(np.random.default_rng(ks).standard_normal(op.in_shape).astype(np_dt))
+    params = [(cp.asarray(np.ones((37, 45), np_dt)), None)]
+    from fuseplanner.kernels import lbl
+
+    launch = lbl.prepare_pw([op], tile, x, params, dtype=dtype, precision=precision, kind=kind)
+    tiles_x = math.ceil(op.hw_out[0] / tile.th) * math.ceil(op.hw_out[1] / tile.tw)
+    assert launch.defines["KS"] == ks and launch.grid[0] == tiles_x * ks
+    run_case(kind, op, tile, dtype, precision, seed=700 + ks, residual=True)
