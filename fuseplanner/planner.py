@@ -446,11 +446,11 @@ def plan(
     layer = {name: search.layer(op) for name, op in ops.items()}
     library = {r.add: layer[r.add] for r in resid.values()}  # the Add as its own kernel
     for name, r in list(resid.items()):
-        with_add = search.layer(ops[name], residual=True)
-        if with_add.tile is None:
+        applying = search.layer(ops[name], residual=True)
+        if applying.tile is None:
             del resid[name]  # no tile applies the Add: it stays a separate kernel
             continue
-        layer[name], layer[r.add] = with_add, Choice(None, Cost())
+        layer[name], layer[r.add] = applying, Choice(None, Cost())
 
     rejected = [RejectedPlan(kind=r.kind, nodes=list(r.members), absorbed=list(r.absorbed), stage="graph", reason=r.reason) for r in found.rejected]
     helpful: list[Evaluated] = []

@@ -89,15 +89,21 @@ def test_sweep_adds_spread_tiles(bytes_model):
     assert max(V._predicted_time(a.kind, a.ops, a.steps[0].tile, False, ctx) for a in alts) == worst
 
 
-def test_sweep_measures_rejected_gain_candidates(monkeypatch):
-    # fused kernels cost 10x their members: the planner fuses nothing; sweep still measures each
-    # candidate fused and unfused so the no-fuse decisions can be checked
+@pytest.fixture
+def fusion_loses(monkeypatch):
+    """Fused kernels cost 10x their members' bytes and time: the planner fuses nothing."""
+
     def expensive(kind, ops, tile, *a, **k):
         c = fakes.bytes_estimate(kind, ops, tile, *a, **k)
         return c if len(ops) == 1 else replace(c, gma_read_bytes=10 * c.gma_read_bytes, time_s=10 * c.time_s)
 
     monkeypatch.setattr(planner, "_cost_functions", lambda: (expensive, fakes.bytes_estimate_op))
     monkeypatch.setattr(V, "_estimator", lambda: expensive)
+
+
+def test_sweep_measures_rejected_gain_candidates(fusion_loses):
+    # the planner fuses nothing; sweep still measures each candidate fused and unfused so the
+    # no-fuse decisions can be checked
     g = G.chain(h=4)
     p = planner.plan(g, GPU)
     assert p.groups == []
@@ -109,21 +115,23 @@ def test_sweep_measures_rejected_gain_candidates(monkeypatch):
     assert sum(i.role == "layer" for i in items) == 3
 
 
-def test_sweep_measures_the_rejected_variant_itself(monkeypatch):
-    # on a residual block nothing fuses; each rejected group is measured as the variant the planner
-    # rejected (with or without the residual Add), not another variant with the same members
-    def expensive(kind, ops, tile, *a, **k):
-        c = fakes.bytes_estimate(kind, ops, tile, *a, **k)
-        return c if len(ops) == 1 else replace(c, gma_read_bytes=10 * c.gma_read_bytes, time_s=10 * c.time_s)
-
-    monkeypatch.setattr(planner, "_cost_functions", lambda: (expensive, fakes.bytes_estimate_op))
-    monkeypatch.setattr(V, "_estimator", lambda: expensive)
-    g = G.residual(h=4)
+def test_sweep_measures_the_rejected_variant_itself(fusion_loses):
+    # Both operands of the Add come from ops that feed only it (pa; pw), so no layer applies it alone
+    # and the DW->PW group is a candidate both with and without the Add; nothing fuses, and each
+    # rejected variant must be measured as itself, not as its twin with the same members
+    shp = (1, 16, 4, 4)
+    ops = [
+        G.conv("pa", "pw", "x", "a", 16, 16, 4),
+        G.conv("dw", "dw", "x", "d", 16, 16, 4, k=3),
+        G.conv("pw", "pw", "d", "b", 16, 16, 4, epilogue=("bn",)),
+        G.opaque("add", "Add", ["a", "b"], "y", shp),
+    ]
+    g = G.make_graph("two_branch_add", ops, {"x": shp}, ["y"])
     p = planner.plan(g, GPU)
-    gain = [(tuple(r.nodes), bool(r.absorbed)) for r in p.rejected if r.stage == "gain"]
+    gain = sorted((tuple(r.nodes), bool(r.absorbed)) for r in p.rejected if r.stage == "gain")
+    assert gain == [(("dw", "pw"), False), (("dw", "pw"), True)]
     _, groups, _ = V.build_items(g, p, _ctx(), sweep=True)
-    assert sorted((tuple(x["nodes"]), x["residual"]) for x in groups.values()) == sorted(gain)
-    assert any(res for _, res in gain)  # the variants that apply the Add are among them
+    assert sorted((tuple(x["nodes"]), x["residual"]) for x in groups.values()) == gain
 
 
 def test_make_case_rounds_to_fp16(bytes_model):
