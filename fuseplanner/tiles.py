@@ -264,9 +264,19 @@ _STAGE_BYTES = {"pw_dw": _pw_dw_stage_bytes, "dw_pw": _dw_pw_stage_bytes, "pw_pw
 
 
 def _ring_bytes(kind: str, ops: Sequence[Op], th: int, tw: int, tf: int, tc: int, e: int) -> int:
-    """Shared memory of a fused kind's whole ring: its depth (`ring_stages`) times one stage."""
+    """Shared memory of a fused kind's whole ring: its depth (`_ring_depth`) times one stage."""
     stage = _STAGE_BYTES[kind](ops, th, tw, tf, tc, e)
-    return ring_stages(stage) * stage
+    return _ring_depth(kind, ops, tc, stage) * stage
+
+
+def _ring_depth(kind: str, ops: Sequence[Op], tc: int, stage: int) -> int:
+    """`ring_stages` of a stage, and for pw_dw and dw_pw (whose chunks run over the first op's input
+    channels) no more stages than chunks: a 24-channel input in chunks of 32 is one chunk, and a
+    second stage would only take shared memory (and resident blocks) from the SM."""
+    depth = ring_stages(stage)
+    if kind in ("pw_dw", "dw_pw"):
+        depth = min(depth, max(1, -(-ops[0].c_in // tc)))
+    return depth
 
 
 def ring_stages(stage: int) -> int:
@@ -281,10 +291,10 @@ def ring_stages(stage: int) -> int:
 
 def fused_stages(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> int:
     """Ring depth of a fused kernel (kernels/fused_<kind>.cu STAGES): its block keeps stages - 1
-    chunks in flight."""
+    chunks in flight (pw_dw, dw_pw: at most one stage per chunk)."""
     if kind not in _STAGE_BYTES:
         raise ValueError(f"{kind!r} is not a fused kernel kind: use one of {', '.join(FUSED_KINDS)}")
-    return ring_stages(_STAGE_BYTES[kind](ops, tile.th, tile.tw, tile.tf, tile.tc, dtype_bytes(dtype)))
+    return _ring_depth(kind, ops, tile.tc, _STAGE_BYTES[kind](ops, tile.th, tile.tw, tile.tf, tile.tc, dtype_bytes(dtype)))
 
 
 def cluster_split(kind: str, ops: Sequence[Op], tile: Tile, batch: int, gpu, dtype: str = "fp32") -> int:

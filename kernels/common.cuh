@@ -111,6 +111,30 @@ __device__ __forceinline__ float add_residual(float v, const T* __restrict__ res
 // ---- integer helpers ---------------------------------------------------------------------------
 __host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
 
+// ---- depthwise stencil ------------------------------------------------------------------------
+// acc[v] += the k x k depthwise stencil of NV vertically adjacent outputs (SH_ rows apart, dilation
+// DH_ x DW_) over a staged window whose rows start at base, LDR elements apart; w[ky * KW_ + kx] are
+// the taps (a register array or a shared-memory pointer). Each window row is read once for all NV
+// outputs (dw.cu, and dw_window in fused_common.cuh).
+template <int NV, int KH_, int KW_, int SH_, int DH_, int DW_, int LDR, class S, class Wt>
+__device__ __forceinline__ void dw_rows(const S* base, const Wt& w, float (&acc)[NV]) {
+    constexpr int NROWS = (NV - 1) * SH_ + (KH_ - 1) * DH_ + 1;
+#pragma unroll
+    for (int r = 0; r < NROWS; ++r) {
+        float row[KW_];
+#pragma unroll
+        for (int kx = 0; kx < KW_; ++kx) row[kx] = to_f(base[r * LDR + kx * DW_]);
+#pragma unroll
+        for (int v = 0; v < NV; ++v) {
+            const int dy = r - v * SH_;  // compile-time after unrolling: window row r is tap row dy / DH_ of output v
+            if (dy >= 0 && dy % DH_ == 0 && dy / DH_ < KH_) {
+#pragma unroll
+                for (int kx = 0; kx < KW_; ++kx) acc[v] = fmaf(row[kx], w[(dy / DH_) * KW_ + kx], acc[v]);
+            }
+        }
+    }
+}
+
 // ---- cp.async (sm_80+) -------------------------------------------------------------------------
 // Copy CP (4, 8 or 16) bytes of which the first `n` (0 <= n <= CP) are read from global memory and the
 // rest zero-filled (cp.async's source size; `gmem` must be a valid address even when n is 0). 16-byte

@@ -135,20 +135,7 @@ dw_kernel(const T* __restrict__ x, const float* __restrict__ w, const float* __r
         float acc[V];
 #pragma unroll
         for (int v = 0; v < V; ++v) acc[v] = 0.f;
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-            float row[KW];
-#pragma unroll
-            for (int kx = 0; kx < KW; ++kx) row[kx] = lds_f(base + r * WW + kx * DIL_W);
-#pragma unroll
-            for (int v = 0; v < V; ++v) {
-                const int dy = r - v * SH;  // compile-time after unrolling
-                if (dy >= 0 && dy % DIL_H == 0 && dy / DIL_H < KH) {
-#pragma unroll
-                    for (int kx = 0; kx < KW; ++kx) acc[v] = fmaf(row[kx], wr[(dy / DIL_H) * KW + kx], acc[v]);
-                }
-            }
-        }
+        dw_rows<V, KH, KW, SH, DIL_H, DIL_W, WW>(base, wr, acc);
         const int c = c0 + cc;
         const int xo = tx0 + q;
         if (c < C && xo < Wo) {

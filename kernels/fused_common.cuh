@@ -241,8 +241,10 @@ struct AccTile {
 // ---- block-level GEMMs -----------------------------------------------------------------------------
 // Streamed: C[m][n] (+)= sum_k At[k][m] B[k][n] for m < ME, n < NE (multiples of GM, GN); each unit
 // loops over groups, C is fp32 in shared memory (accumulated when ACC).
-template <int ME, int NE, int GM, int GN, int K, int LDA, int LDB, int LDC, bool ACC>
-__device__ __forceinline__ void gemm_stream(const T* __restrict__ At, const T* __restrict__ B, float* C) {
+// With an epilogue `epi(m, n, x) -> float`, the last chunk's call stores epi's value instead of the sum,
+// so no separate pass over C is needed.
+template <int ME, int NE, int GM, int GN, int K, int LDA, int LDB, int LDC, bool ACC, class Epi>
+__device__ __forceinline__ void gemm_stream(const T* __restrict__ At, const T* __restrict__ B, float* C, Epi epi) {
     static_assert(ME % GM == 0 && NE % GN == 0, "group must divide the GEMM");
     constexpr int GNN = NE / GN, NG = (ME / GM) * GNN;
     for (int g = UNIT_ID; g < NG; g += UNITS) {
@@ -251,8 +253,12 @@ __device__ __forceinline__ void gemm_stream(const T* __restrict__ At, const T* _
         if constexpr (ACC) a.each(m0, n0, [&](int m, int n, float& x) { x = C[m * LDC + n]; });
         else a.zero();
         a.template mac<K, LDA, LDB>(At, B, m0, n0);
-        a.each(m0, n0, [&](int m, int n, float& x) { C[m * LDC + n] = x; });
+        a.each(m0, n0, [&](int m, int n, float& x) { C[m * LDC + n] = epi(m, n, x); });
     }
+}
+template <int ME, int NE, int GM, int GN, int K, int LDA, int LDB, int LDC, bool ACC>
+__device__ __forceinline__ void gemm_stream(const T* __restrict__ At, const T* __restrict__ B, float* C) {
+    gemm_stream<ME, NE, GM, GN, K, LDA, LDB, LDC, ACC>(At, B, C, [](int, int, float x) { return x; });
 }
 
 // Register-resident accumulators for the block's final outputs (ME x NE), accumulated over chunks.
@@ -283,6 +289,36 @@ struct BlockAcc {
         }
     }
 };
+
+// ---- depthwise convolution over a staged window ---------------------------------------------------
+// Rows of outputs per thread in dw_window: the most (4, 2 or 1, dividing th) that still gives every
+// thread of the block an item.
+__host__ __device__ constexpr int dw_rows_per_item(int nch, int th, int tw) {
+    return (th % 4 == 0 && nch * (th / 4) * tw >= THREADS) ? 4 : (th % 2 == 0 && nch * (th / 2) * tw >= THREADS) ? 2 : 1;
+}
+
+// Depthwise k x k of NCH channels over their staged windows: channel k's window element (row, col) is
+// src[k * CSTR + row * LDR + col], its weights wd[k * KH * KW + ky * KW + kx] (fp32, shared memory).
+// Each item of a thread is one channel and column and V (dw_rows_per_item) vertically adjacent outputs,
+// so the window rows they share are read once; out(k, oy, ox, sum) receives each output of the
+// TH x TW tile (sum without bias or activation).
+template <int NCH, int TH_, int TW_, int KH_, int KW_, int SH_, int SW_, int DH_, int DW_, int LDR, int CSTR, class S,
+          class F>
+__device__ __forceinline__ void dw_window(const S* __restrict__ src, const float* __restrict__ wd, F out) {
+    constexpr int V = dw_rows_per_item(NCH, TH_, TW_), VY = TH_ / V, ITEMS = NCH * VY * TW_, KK_ = KH_ * KW_;
+#pragma unroll 1
+    for (int it = threadIdx.x; it < ITEMS; it += THREADS) {
+        const int ox = it % TW_, q = it / TW_, vy = q % VY, k = q / VY;
+        const S* s = src + k * CSTR + vy * V * SH_ * LDR + ox * SW_;
+        const float* w = wd + k * KK_;
+        float acc[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) acc[j] = 0.f;
+        dw_rows<V, KH_, KW_, SH_, DH_, DW_, LDR>(s, w, acc);
+#pragma unroll
+        for (int j = 0; j < V; ++j) out(k, vy * V + j, ox, acc[j]);
+    }
+}
 
 // ---- global -> shared staging -------------------------------------------------------------------------
 // Element i (0 <= i < TOTAL) of a staged buffer: thread t handles i = t, t + THREADS, ... . All loads
@@ -366,15 +402,33 @@ __device__ __forceinline__ void copy_packed_rows(T* dst, const T* __restrict__ w
 // The halo windows of channels c0 .. c0+Rows (rows k >= Tc and channels >= C zero-filled) with 4-byte
 // copies: window row yy of channel k lands at dst[k * Kstride + yy * Wwa], staged column j holding map
 // column xs0 + j (xs0 even for fp16, W even: a pair is inside the map or outside it).
+// Each thread keeps one 4-byte column u of the window (its map column and its border test fixed) and
+// walks the rows r = (k, yy) with a stride of THREADS / UROW rows, so a copy costs a row update and one
+// cp.async instead of a flat index's divisions. Offsets within one image are 32-bit (C*H*W < 2^31).
 template <int Rows, int Tc, int Hh, int Wwa, int Kstride>
 __device__ __forceinline__ void copy_halo(T* dst, const T* __restrict__ xb, int c0, int C, int H, int W, int iy0,
                                           int xs0) {
-    constexpr int XU = 4 / (int)sizeof(T), UROW = Wwa / XU;
-    for (int t = threadIdx.x; t < Rows * Hh * UROW; t += THREADS) {
-        const int r = t / UROW, u = t - (t / UROW) * UROW, k = r / Hh, yy = r - (r / Hh) * Hh;
-        const int c = c0 + k, gy = iy0 + yy, gx = xs0 + u * XU;
-        const bool ok = k < Tc && c < C && gy >= 0 && gy < H && gx >= 0 && gx + XU <= W;
-        cp_async<4>(dst + k * Kstride + yy * Wwa + u * XU, ok ? xb + ((long long)c * H + gy) * W + gx : xb, ok);
+    constexpr int XU = 4 / (int)sizeof(T), UROW = Wwa / XU, NR = Rows * Hh;
+    if constexpr (UROW <= THREADS) {
+        constexpr int RSTEP = THREADS / UROW;
+        const int t = threadIdx.x, u = t % UROW;
+        if (t >= RSTEP * UROW) return;
+        const int gx = xs0 + u * XU;
+        const bool colok = gx >= 0 && gx + XU <= W;
+        T* d = dst + u * XU;
+#pragma unroll 4
+        for (int r = t / UROW; r < NR; r += RSTEP) {
+            const int k = r / Hh, yy = r - k * Hh, c = c0 + k, gy = iy0 + yy;
+            const bool ok = colok && k < Tc && c < C && (unsigned)gy < (unsigned)H;
+            cp_async<4>(d + k * Kstride + yy * Wwa, ok ? xb + ((c * H + gy) * W + gx) : xb, ok);
+        }
+    } else {
+        for (int t = threadIdx.x; t < NR * UROW; t += THREADS) {
+            const int r = t / UROW, u = t - r * UROW, k = r / Hh, yy = r - k * Hh;
+            const int c = c0 + k, gy = iy0 + yy, gx = xs0 + u * XU;
+            const bool ok = k < Tc && c < C && (unsigned)gy < (unsigned)H && gx >= 0 && gx + XU <= W;
+            cp_async<4>(dst + k * Kstride + yy * Wwa + u * XU, ok ? xb + ((c * H + gy) * W + gx) : xb, ok);
+        }
     }
 }
 

@@ -4,8 +4,8 @@
 // pixels. For each chunk of TC DW channels it stages the chunk's input halo window (xw), DW weights and
 // biases (wd) and the TC x TF PW weights (ws, A operand At[k][m], read from the launcher's packed copy
 // wp[filter tile][C][TFP] in the storage dtype, so each row is one contiguous 16-byte-aligned run);
-// computes the DW (+ bias, ACT1) into ds (B operand, the communication buffer) and accumulates the PW
-// in registers. The DW is recomputed once per filter tile.
+// computes the DW (+ bias, ACT1; dw_window, V output rows per thread) into ds (B operand, the
+// communication buffer) and accumulates the PW in registers. The DW is recomputed once per filter tile.
 //
 // Pipeline: a STAGES-deep shared-memory ring filled with cp.async runs STAGES - 1 chunks ahead (two
 // barriers per chunk; STAGES = 1 copies after the math, fused_common.cuh). The halo goes through
@@ -92,6 +92,11 @@ fused_dw_pw(const T* __restrict__ x, const float* __restrict__ w1, const float* 
     if (nk > 0) hp.load(chunk0(0));
 #endif
 
+    // The B operand's padding (rows TC .. KP, columns P .. NP) stays zero; dw_window writes the rest.
+    for (int t = tid; t < KP * NP; t += THREADS) {
+        const int k = t / NP, p = t - (t / NP) * NP;
+        if (k >= TC || p >= P) from_f(ds[k * LDD + p], 0.f);
+    }
     BlockAcc<ME2, NE2, G2M, G2N> acc;
     acc.zero();
     ring_prologue<STAGES>(nk, issue);
@@ -111,25 +116,12 @@ fused_dw_pw(const T* __restrict__ x, const float* __restrict__ w1, const float* 
 #if XA == 0
         if (i + 1 < nk) hp.load(chunk0(i + 1));
 #endif
-        const T* xw = xw_of(s);
         const float* wd = wd_of(s);
-#pragma unroll 2
-        for (int t = tid; t < KP * NP; t += THREADS) {
-            const int k = t / NP, p = t - (t / NP) * NP;
-            float v = 0.f;
-            if (k < TC && c0 + k < C && p < P) {
-                const int oy = p / TW, ox = p - (p / TW) * TW;
-                const T* src = xw + k * WIN + oy * SH * WWA + ox * SW + xoff;
-                const float* wf = wd + k * KK;
-                float a = 0.f;
-#pragma unroll
-                for (int ky = 0; ky < KH; ++ky)
-#pragma unroll
-                    for (int kx = 0; kx < KW; ++kx) a = fmaf(lds_f(src + ky * DLH * WWA + kx * DLW), wf[ky * KW + kx], a);
-                v = act_t<ACT1>(a + (HAS_B1 ? wd[TC * KK + k] : 0.f));
-            }
-            ds[k * LDD + p] = stage(v);
-        }
+        dw_window<TC, TH, TW, KH, KW, SH, SW, DLH, DLW, WWA, WIN>(
+            xw_of(s) + xoff, wd, [=](int k, int oy, int ox, float a) {
+                const float v = c0 + k < C ? act_t<ACT1>(a + (HAS_B1 ? wd[TC * KK + k] : 0.f)) : 0.f;
+                ds[k * LDD + oy * TW + ox] = stage(v);
+            });
         __syncthreads();
         acc.template mac<K2, LDW, LDD>(ws_of(s), ds);
         ring_refill<STAGES>(i, nk, issue);

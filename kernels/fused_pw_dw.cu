@@ -4,9 +4,10 @@
 // DW outputs. For each chunk of TC PW input channels it stages the chunk's input halo window (xs,
 // B operand, rows of WWA staged columns) and the TC x TF PW weights (ws, A operand At[k][m], read from
 // the launcher's packed copy wp[filter tile][C][TFP] in the storage dtype), and accumulates the
-// expanded window TF x HH*WWA in fp32 shared memory (cs, the communication buffer). Then bias + ACT1
-// are applied in place, with window positions outside the map set to 0 (the DW's zero padding applies
-// to the PW output), and the DW (+ bias, ACT2, residual) reads cs and writes the output.
+// expanded window TF x HH*WWA in fp32 shared memory (cs, the communication buffer); the last chunk's
+// GEMM stores bias + ACT1 of the sum, with window positions outside the map set to 0 (the DW's zero
+// padding applies to the PW output). The DW (+ bias, ACT2, residual; dw_window, V output rows per
+// thread) reads cs and writes the output.
 //
 // Pipeline: a STAGES-deep cp.async ring of (halo window, PW weights) runs STAGES - 1 chunks ahead
 // (STAGES = 1: after the math, fused_common.cuh);
@@ -50,7 +51,6 @@ fused_pw_dw(const T* __restrict__ x, const T* __restrict__ wp, const float* __re
     extern __shared__ __align__(128) unsigned char smem[];
     float* cs = reinterpret_cast<float*>(smem + O_CS);
     float* wd = reinterpret_cast<float*>(smem + O_WD);
-    const int tid = threadIdx.x;
     const int oy0 = (blockIdx.x / tiles_w) * TH, ox0 = (blockIdx.x % tiles_w) * TW;
     const int fb = blockIdx.y, f0 = fb * TF, b = blockIdx.z;
     const int iy0 = oy0 * SH - pt, ix0 = ox0 * SW - pl;
@@ -79,7 +79,7 @@ fused_pw_dw(const T* __restrict__ x, const T* __restrict__ wp, const float* __re
     // Rows k >= TC of every stage (K padding) must be finite, since they meet zero weights; register
     // prefetch never writes them, so zero them once.
     constexpr int PAD = (KP - TC) * N1P, PADD = PAD > 0 ? PAD : 1;
-    for (int t = tid; t < STAGES * PAD; t += THREADS) {
+    for (int t = threadIdx.x; t < STAGES * PAD; t += THREADS) {
         const int s = t / PADD, r = t - (t / PADD) * PADD;
         from_f(xs_of(s)[(TC + r / N1P) * LDX + r % N1P], 0.f);
     }
@@ -105,36 +105,34 @@ fused_pw_dw(const T* __restrict__ x, const T* __restrict__ wp, const float* __re
 #if XA == 0
         if (i + 1 < nk) hp.load((i + 1) * TC);
 #endif
-        if (i == 0) gemm_stream<ME1, NE1, G1M, G1N, K1, LDW, LDX, LDC, false>(ws_of(s), xs_of(s), cs);
-        else gemm_stream<ME1, NE1, G1M, G1N, K1, LDW, LDX, LDC, true>(ws_of(s), xs_of(s), cs);
+        // The last chunk's GEMM stores bias + ACT1 of the sum, 0 outside the map (the DW pads the PW
+        // output with zeros).
+        auto epi = [=](int m, int n, float v) {
+            const int row = n / WWA, gy = iy0 + row, gx = xs0 + (n - row * WWA), f = f0 + m;
+            return f < CE && n < N1 && (unsigned)gy < (unsigned)H && (unsigned)gx < (unsigned)W
+                       ? act_t<ACT1>(v + bias_t<HAS_B1>(b1, f)) : 0.f;
+        };
+        if (i + 1 < nk) {
+            if (i == 0) gemm_stream<ME1, NE1, G1M, G1N, K1, LDW, LDX, LDC, false>(ws_of(s), xs_of(s), cs);
+            else gemm_stream<ME1, NE1, G1M, G1N, K1, LDW, LDX, LDC, true>(ws_of(s), xs_of(s), cs);
+        } else if (i == 0) {
+            gemm_stream<ME1, NE1, G1M, G1N, K1, LDW, LDX, LDC, false>(ws_of(s), xs_of(s), cs, epi);
+        } else {
+            gemm_stream<ME1, NE1, G1M, G1N, K1, LDW, LDX, LDC, true>(ws_of(s), xs_of(s), cs, epi);
+        }
         ring_refill<STAGES>(i, nk, issue);
     }
     cp_async_wait<0>();
     __syncthreads();
-    // PW epilogue in place; zero outside the map (the DW pads the PW output with zeros).
-    for (int i = tid; i < TF * N1; i += THREADS) {
-        const int m = i / N1, n = i - (i / N1) * N1, f = f0 + m;
-        const int gy = iy0 + n / WWA, gx = xs0 + n % WWA;
-        float v = 0.f;
-        if (f < CE && gy >= 0 && gy < H && gx >= 0 && gx < W) v = act_t<ACT1>(cs[m * LDC + n] + bias_t<HAS_B1>(b1, f));
-        cs[m * LDC + n] = v;
-    }
-    __syncthreads();
-#pragma unroll 2
-    for (int i = tid; i < TF * P; i += THREADS) {
-        const int m = i / P, p = i - (i / P) * P, f = f0 + m;
-        const int oy = p / TW, ox = p - (p / TW) * TW, gy = oy0 + oy, gx = ox0 + ox;
-        const float* src = cs + m * LDC + oy * SH * WWA + ox * SW + xoff;
-        const float* wf = wd + m * KK;
-        float acc = 0.f;
-#pragma unroll
-        for (int ky = 0; ky < KH; ++ky)
-#pragma unroll
-            for (int kx = 0; kx < KW; ++kx) acc = fmaf(src[ky * DLH * WWA + kx * DLW], wf[ky * KW + kx], acc);
-        if (f < CE && gy < Ho && gx < Wo) {
-            const long long off = (((long long)b * CE + f) * Ho + gy) * Wo + gx;
-            float v = act_t<ACT2>(acc + (HAS_B2 ? wd[TF * KK + m] : 0.f));
-            st_f(out + off, add_residual(v, res, off));
-        }
-    }
+    // DW (+ bias, ACT2, residual) over the expanded window.
+    const long long ob = (long long)b * CE * Ho * Wo;
+    dw_window<TF, TH, TW, KH, KW, SH, SW, DLH, DLW, WWA, LDC>(
+        cs + xoff, wd, [=](int m, int oy, int ox, float acc) {
+            const int f = f0 + m, gy = oy0 + oy, gx = ox0 + ox;
+            if (f < CE && gy < Ho && gx < Wo) {
+                const long long off = ob + (f * Ho + gy) * Wo + gx;
+                const float v = act_t<ACT2>(acc + (HAS_B2 ? wd[TF * KK + m] : 0.f));
+                st_f(out + off, add_residual(v, res, off));
+            }
+        });
 }

@@ -4,9 +4,9 @@
 // Block (blockIdx.x: spatial tile, .y: projection filter tile, .z: image) stages the input halo window
 // C1 x HH*WWA once (xs, B operand of the expansion; rows of WWA staged columns). For each chunk of TC
 // expanded channels it computes the expansion over the window into fp32 e (A operand At[k][m]: the
-// chunk's block of the launcher's packed copy w1p[CE / TC chunks][C1][TCP]), applies bias + ACT1 in
-// place with window positions outside the map set to 0 (the DW's zero padding applies to the
-// expansion's output), runs the DW (+ bias, ACT2) into ds (B operand, the communication buffer) and
+// chunk's block of the launcher's packed copy w1p[CE / TC chunks][C1][TCP]; the GEMM stores bias + ACT1
+// with window positions outside the map set to 0, the DW's zero padding of the expansion's output),
+// runs the DW (+ bias, ACT2; dw_window) into ds (B operand, the communication buffer) and
 // accumulates the projection in registers (A operand: rows c0 .. c0+TC of w3p[filter tile][CE][TFP]).
 // Both packed copies are in the storage dtype. The output tile is staged in fp32 shared memory
 // (aliasing the ring), then bias + ACT3 + residual.
@@ -88,6 +88,12 @@ fused_pw_dw_pw(const T* __restrict__ x, const T* __restrict__ w1p, const float* 
     stage_copy<C1P * N1P>([&](int i) { return halo_elem<N1P, N1, WWA>(i, xb, 0, C1, H, W, iy0, xs0); },
                           [&](int i, float v) { from_f(xs[(i / N1P) * LDX + i % N1P], v); });
 #endif
+    // The projection's B operand padding (rows TC .. KP, columns P .. NP) stays zero; dw_window writes
+    // the rest.
+    for (int t = tid; t < KP * NP; t += THREADS) {
+        const int k = t / NP, p = t - (t / NP) * NP;
+        if (k >= TC || p >= P) from_f(ds[k * LDD + p], 0.f);
+    }
     ring_prologue<STAGES>(nk, issue);
     BlockAcc<ME2, NE2, G2M, G2N> acc;
     acc.zero();
@@ -97,37 +103,21 @@ fused_pw_dw_pw(const T* __restrict__ x, const T* __restrict__ w1p, const float* 
         ring_wait<STAGES>();
         __syncthreads();  // chunk i landed; every unit is done with chunk i - 1 (its stage, e and ds)
         ring_next<STAGES>(i, nk, issue);
-        gemm_stream<ME1, NE1, G1M, G1N, K1, LDW1, LDX, LDE, false>(w1_of(s), xs, e);
-        __syncthreads();
-        // expansion epilogue in place; zero outside the map (the DW pads the expansion's output).
-        // Not unrolled: its index arithmetic, unrolled, pushes ptxas into spills (5x5 tiles, 64 threads).
-#pragma unroll 1
-        for (int t = tid; t < TC * N1; t += THREADS) {
-            const int k = t / N1, n = t - (t / N1) * N1, c = c0 + k;
-            const int gy = iy0 + n / WWA, gx = xs0 + n % WWA;
-            float v = 0.f;
-            if (c < CE && gy >= 0 && gy < H && gx >= 0 && gx < W) v = act_t<ACT1>(e[k * LDE + n] + bias_t<HAS_B1>(b1, c));
-            e[k * LDE + n] = v;
-        }
+        // The expansion's GEMM stores bias + ACT1 of each sum, 0 outside the map (the DW pads the
+        // expansion's output with zeros).
+        gemm_stream<ME1, NE1, G1M, G1N, K1, LDW1, LDX, LDE, false>(
+            w1_of(s), xs, e, [=](int m, int n, float v) {
+                const int row = n / WWA, gy = iy0 + row, gx = xs0 + (n - row * WWA), c = c0 + m;
+                return c < CE && n < N1 && (unsigned)gy < (unsigned)H && (unsigned)gx < (unsigned)W
+                           ? act_t<ACT1>(v + bias_t<HAS_B1>(b1, c)) : 0.f;
+            });
         __syncthreads();
         const float* wd = wd_of(s);
-#pragma unroll 2
-        for (int t = tid; t < KP * NP; t += THREADS) {
-            const int k = t / NP, p = t - (t / NP) * NP;
-            float v = 0.f;
-            if (k < TC && c0 + k < CE && p < P) {
-                const int oy = p / TW, ox = p - (p / TW) * TW;
-                const float* src = e + k * LDE + oy * SH * WWA + ox * SW + xoff;
-                const float* wf = wd + k * KK;
-                float a = 0.f;
-#pragma unroll
-                for (int ky = 0; ky < KH; ++ky)
-#pragma unroll
-                    for (int kx = 0; kx < KW; ++kx) a = fmaf(src[ky * DLH * WWA + kx * DLW], wf[ky * KW + kx], a);
-                v = act_t<ACT2>(a + (HAS_B2 ? wd[TC * KK + k] : 0.f));
-            }
-            ds[k * LDD + p] = stage(v);
-        }
+        dw_window<TC, TH, TW, KH, KW, SH, SW, DLH, DLW, WWA, LDE>(
+            e + xoff, wd, [=](int k, int oy, int ox, float a) {
+                const float v = c0 + k < CE ? act_t<ACT2>(a + (HAS_B2 ? wd[TC * KK + k] : 0.f)) : 0.f;
+                ds[k * LDD + oy * TW + ox] = stage(v);
+            });
         __syncthreads();
         acc.template mac<K2, LDW2, LDD>(w2_of(s), ds);
         ring_refill<STAGES>(i, nk, issue);

@@ -77,14 +77,23 @@ def test_layout_total_matches_smem_bytes():
 def test_pw_dw_layout_by_hand():
     # pw_dw, tile 4x4/f32/c32, DW 3x3 stride 2 -> window 9x9 = 81 px, padded to 88 (+8 row pad = 96)
     # one stage: xs 32 x 96 x 4 = 12288 + ws 32 x (32+8) x 4 = 5120 = 17408; 65536 // 17408 = 3 stages
+    # for a 96-channel input (3 chunks of 32); E's 24 channels are one chunk: one stage
     # cs: 32 x 96 x 4 = 12288; wd: DW weights and biases 32 x (9 + 1) x 4 = 1280 (already 128-aligned)
-    assert tiles.fused_smem_layout("pw_dw", (E, D), Tile(4, 4, 32, 32, 256), "fp32") == {
+    e96 = conv("e96", "pw", 96, 144, 56)
+    assert tiles.fused_smem_layout("pw_dw", (e96, D), Tile(4, 4, 32, 32, 256), "fp32") == {
         "ring": 3 * 17408, "cs": 12288, "wd": 1280}
-    assert tiles.smem_bytes("pw_dw", (E, D), Tile(4, 4, 32, 32, 256), "fp32") == 3 * 17408 + 12288 + 1280
+    assert tiles.smem_bytes("pw_dw", (e96, D), Tile(4, 4, 32, 32, 256), "fp32") == 3 * 17408 + 12288 + 1280
+    assert tiles.fused_smem_layout("pw_dw", (E, D), Tile(4, 4, 32, 32, 256), "fp32")["ring"] == 17408
+    assert tiles.fused_stages("pw_dw", (E, D), Tile(4, 4, 32, 32, 256), "fp32") == 1
+    # 64 input channels in chunks of 32: two chunks, two stages (the ring budget allows three)
+    e64 = conv("e64", "pw", 64, 144, 56)
+    assert tiles.fused_stages("pw_dw", (e64, D), Tile(4, 4, 32, 32, 256), "fp32") == 2
     # fp16: 9 columns staged as 10 from an even column -> 90 px, padded to 96 (+8 = 104)
     # stage: xs 32 x 104 x 2 = 6656 + ws 32 x 40 x 2 = 2560 = 9216 -> 4 stages (the most); cs 32 x 104 x 4
-    assert tiles.fused_smem_layout("pw_dw", (E, D), Tile(4, 4, 32, 32, 256), "fp16") == {
-        "ring": 4 * 9216, "cs": 13312, "wd": 1280}
+    assert tiles.fused_smem_layout("pw_dw", (e96, D), Tile(4, 4, 32, 32, 256), "fp16") == {
+        "ring": 3 * 9216, "cs": 13312, "wd": 1280}  # 3 chunks: 3 of the 4 stages the budget allows
+    e256 = conv("e256", "pw", 256, 144, 56)
+    assert tiles.fused_smem_layout("pw_dw", (e256, D), Tile(4, 4, 32, 32, 256), "fp16")["ring"] == 4 * 9216
 
 
 def test_a_stage_over_the_ring_budget_runs_single_buffered():

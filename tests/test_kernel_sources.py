@@ -104,3 +104,15 @@ def test_kernel_source_injects_defines_only():
     assert head[0] == "#define ACT 2" and head[1] == "#define TH 4" and head[2].startswith("#line 1")
     with pytest.raises(DeviceError, match="not found"):
         kernel_source("nope.cu", {})
+
+
+def test_fused_launch_rejects_images_past_32_bit_offsets():
+    from types import SimpleNamespace
+
+    from fuseplanner.errors import PlanError
+    from fuseplanner.kernels.fused import _nchw
+
+    # the fused kernels index one image with 32-bit offsets: 128 x 4096 x 4096 = 2^31 elements is one too many
+    with pytest.raises(PlanError, match="32-bit offsets"):
+        _nchw(SimpleNamespace(ndim=4, shape=(1, 128, 4096, 4096)))
+    assert _nchw(SimpleNamespace(ndim=4, shape=(2, 127, 4096, 4096))) == (2, 127, 4096, 4096)

@@ -78,7 +78,10 @@ def _geometry_defines(dw: Op) -> dict[str, int]:
 def _nchw(x, what: str = "x") -> tuple[int, int, int, int]:
     if x.ndim != 4:
         raise PlanError(f"{what} must be NCHW, got shape {tuple(x.shape)}")
-    return tuple(int(s) for s in x.shape)
+    n, c, h, w = (int(s) for s in x.shape)
+    if c * h * w >= 2**31:
+        raise PlanError(f"{what}: one image of {c}x{h}x{w} elements is too large for the kernels' 32-bit offsets")
+    return n, c, h, w
 
 
 def _expect(ops: Sequence[Op], kinds: Sequence[str], name: str) -> None:
