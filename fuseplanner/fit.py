@@ -51,6 +51,7 @@ L2_FRACTION_FIELDS = {"fp32": "fused_weight_l2_fraction", "fp16": "fused_weight_
 EXPONENT_FIELDS = ("block_warp_exponent", "fused_block_warp_exponent")
 EXPONENT_STARTS = (0.35, 0.9)
 LOAD_FIELD = "warp_load_bytes_per_cycle"
+CORESIDENT_FIELD = "coresident_exponent"
 THRESHOLD_FIELD = "fuse_min_speedup"
 FRACTIONS = tuple(round(0.05 * i, 2) for i in range(1, 31))
 
@@ -303,30 +304,45 @@ def _fit_threshold(ratios: Sequence[tuple[float, bool]]) -> float | None:
     return max(THRESHOLDS, key=lambda t: (_agreeing(ratios, t), -t))
 
 
-def fit_spec(spec: Any, samples: Sequence[Sample], max_iter: int = 400) -> Fit:
-    """Fit the kernel-efficiency fields the samples can inform; `spec` is not changed."""
+#: Every field `fit_spec` can fit (`only` must name a subset).
+FITTABLE = (*RATE_FIELDS.values(), *L2_FRACTION_FIELDS.values(), *EXPONENT_FIELDS, LOAD_FIELD, CORESIDENT_FIELD,
+            THRESHOLD_FIELD)
+
+
+def fit_spec(spec: Any, samples: Sequence[Sample], max_iter: int = 400, only: Sequence[str] | None = None) -> Fit:
+    """Fit the kernel-efficiency fields the samples can inform; `spec` is not changed. `only` restricts
+    the fit to those fields (the others keep the spec's values): e.g. the fused kernels' fields after a
+    change to the fused kernels alone, measured on fewer models than the spec was fitted on."""
     from scipy.optimize import minimize
 
     if not samples:
         raise FusePlannerError("no correctly measured records to fit")
-    values: dict[str, float] = {}
-    values.update(_fit_fractions(spec, samples))
-    names = _rate_fields(samples)
+    unknown = sorted(set(only or ()) - set(FITTABLE))
+    if unknown:
+        raise FusePlannerError(f"cannot fit {', '.join(unknown)}: fittable fields are {', '.join(FITTABLE)}")
+    keep = (lambda n: True) if only is None else (lambda n: n in only)
+    values: dict[str, float] = {k: v for k, v in _fit_fractions(spec, samples).items() if keep(k)}
+    names = [n for n in _rate_fields(samples) if keep(n)]
+    if only is not None and CORESIDENT_FIELD in only:  # fitted only on request: it moves every prediction
+        names.append(CORESIDENT_FIELD)
+    if not names and not values and not keep(THRESHOLD_FIELD):
+        raise FusePlannerError(f"these records inform none of {', '.join(only or ())}")
     start = apply_measured(spec, values)
     loss = _time_loss(start, names, samples)
     best = None
-    for exponent in (None, *EXPONENT_STARTS):  # the loss is flat along the exponents: several starts
-        x0 = np.log([exponent if (exponent and n in EXPONENT_FIELDS) else float(start.eff(n)) for n in names])
+    for exponent in (None, *EXPONENT_STARTS) if names else ():  # the loss is flat along the exponents
+        x0 = np.log([exponent if (exponent and n in EXPONENT_FIELDS)
+                     else max(float(start.eff(n)), 0.05) for n in names])  # fmt: skip
         res = minimize(loss, x0, method="Nelder-Mead", options={"maxiter": max_iter, "xatol": 1e-3, "fatol": 1e-5})
         if best is None or res.fun < best.fun:
             best = res
-    fitted = {n: round(float(math.exp(v)), 3) for n, v in zip(names, best.x, strict=True)}
-    for name in EXPONENT_FIELDS:
+    fitted = {n: round(float(math.exp(v)), 3) for n, v in zip(names, best.x, strict=True)} if names else {}
+    for name in (*EXPONENT_FIELDS, CORESIDENT_FIELD):
         if name in fitted:
             fitted[name] = min(1.0, fitted[name])
     values.update(fitted)
     after = _predictions(apply_measured(spec, values), samples)  # the threshold changes no prediction
-    tau = _fit_threshold(_pair_ratios(after[:, 0], samples))
+    tau = _fit_threshold(_pair_ratios(after[:, 0], samples)) if keep(THRESHOLD_FIELD) else None
     if tau is not None:
         values[THRESHOLD_FIELD] = tau
     fit = Fit(values, len(samples), sum(1 for s in samples if s.gma_bytes))

@@ -45,6 +45,7 @@ MEASURABLE = (
     "block_warp_exponent",
     "fused_block_warp_exponent",
     "warp_load_bytes_per_cycle",
+    "coresident_exponent",
     "fuse_min_speedup",
 )
 
@@ -64,15 +65,16 @@ KERNEL_RATE_DEFAULTS: dict[str, float] = {
     "pw_warp_flops_per_cycle_fp32": 2.298,
     "pw_warp_flops_per_cycle_tf32": 2.298,
     "pw_warp_flops_per_cycle_fp16": 4.137,
-    "fused_pw_warp_flops_per_cycle_fp32": 5.114,
-    "fused_pw_warp_flops_per_cycle_tf32": 5.114,
-    "fused_pw_warp_flops_per_cycle_fp16": 27.07,
+    "fused_pw_warp_flops_per_cycle_fp32": 7.99,
+    "fused_pw_warp_flops_per_cycle_tf32": 7.99,
+    "fused_pw_warp_flops_per_cycle_fp16": 82.58,
     "fused_weight_l2_fraction": 0.8,
     "fused_weight_l2_fraction_fp16": 1.4,
     "fused_weight_load_fraction": 0.7,
     "block_warp_exponent": 1.0,
     "fused_block_warp_exponent": 0.908,
     "warp_load_bytes_per_cycle": 3.568,
+    "coresident_exponent": 0.2,
 }
 
 
@@ -109,6 +111,7 @@ class Hw(NamedTuple):
     warp_load: float  # bytes/s one warp's loads bring in (Little's law: bytes in flight / latency)
     warp_exp: tuple[float, float]  # a block of w warps computes at w ** exp times one warp's rate: LBL, fused
     cluster_sms: int  # SMs whose blocks clusters of CLUSTER_PLACED_MIN or more blocks can use
+    coresident_exp: float  # a block's serial chain is slowed by (blocks resident on its SM) ** this
 
 
 class GpuSpec(BaseModel):
@@ -198,6 +201,11 @@ class GpuSpec(BaseModel):
     fused_block_warp_exponent: float = Field(
         default=KERNEL_RATE_DEFAULTS["fused_block_warp_exponent"], gt=0, le=1,
         description="same for the fused kernels")
+    coresident_exponent: float = Field(
+        default=KERNEL_RATE_DEFAULTS["coresident_exponent"], ge=0, le=1,
+        description="a block's serial chain (loads, waits, own compute) takes (resident blocks per SM) ** this "
+        "times as long as alone: co-resident blocks share the SM's issue slots and shared-memory bandwidth "
+        "(0: no slowdown)")
     cluster_sms: int | None = Field(
         default=None, gt=0,
         description="SMs that thread-block clusters of 4 or more blocks can use: the scheduler places a "
@@ -255,6 +263,7 @@ class GpuSpec(BaseModel):
             float(e("warp_load_bytes_per_cycle")) * self.clock_hz,
             (float(e("block_warp_exponent")), float(e("fused_block_warp_exponent"))),
             self.cluster_sms or self.sm_count,
+            float(e("coresident_exponent")),
         )  # fmt: skip
 
     def summary(self) -> dict[str, Any]:

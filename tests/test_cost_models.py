@@ -49,7 +49,7 @@ H100_T = GpuSpec.model_validate({
     **H100.model_dump(), "measured": {"dram_bw_bytes_per_s": 2.94e12},
     "dw_warp_flops_per_cycle_fp32": 1.32, "pw_warp_flops_per_cycle_fp32": 2.25,
     "pw_warp_flops_per_cycle_tf32": 2.25, "pw_warp_flops_per_cycle_fp16": 3.61,
-    "block_warp_exponent": 0.872, "warp_load_bytes_per_cycle": 6.01,
+    "block_warp_exponent": 0.872, "warp_load_bytes_per_cycle": 6.01, "coresident_exponent": 0.0,
 })  # fmt: skip
 
 
@@ -462,6 +462,11 @@ def test_resources_and_time_by_hand():
     wave = max(1 * 0.6e-6 + max(t_mem, t_ld) + t_own, t_cmp) + 0.6e-6
     assert wave == pytest.approx(0.6e-6 + t_mem + t_own + 0.6e-6, rel=1e-12)
     assert c.time_s == pytest.approx(2.1e-6 + wave, rel=1e-12)  # 5.909 us
+    # co-residency: the 3 blocks resident on an SM share its issue slots, each chain x 3 ** 0.2 = x 1.2457
+    #   (coresident_exponent 0.2): 3.209 -> 3.997 us, 6.698 us in all
+    shared = estimate("dw", (dw(144, 56, 56),), Tile(16, 16, 8, 8, 256), "fp32", 1,
+                      GpuSpec.model_validate({**H100_T.model_dump(), "coresident_exponent": 0.2}))
+    assert shared.time_s == pytest.approx(2.1e-6 + (0.6e-6 + t_mem + t_own) * 3**0.2 + 0.6e-6, rel=1e-12)
     # the H100 runs this layer far above the bandwidth floor, as measured (BACKGROUND section 4)
     assert c.time_s > 3 * (c.dram_bytes / 2.94e12)
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,26 @@ def test_fit_moves_only_measurable_fields_and_keeps_them_valid(samples):
     # the chosen threshold agrees with the measurements at least as often as fusing at any gain
     at_one = fit.decision_agreement(fitted, samples, 1.0)[0]
     assert fit.decision_agreement(fitted, samples, result.values["fuse_min_speedup"])[0] >= at_one
+
+
+def test_fit_only_moves_the_named_fields(samples):
+    spec = gpu(str(SPEC))
+    only = ["fused_pw_warp_flops_per_cycle_fp32", "coresident_exponent"]
+    result = fit.fit_spec(spec, samples, max_iter=30, only=only)
+    assert set(result.values) == set(only)  # no threshold, no L2 fraction, no other rate
+    assert 0 <= result.values["coresident_exponent"] <= 1
+    # the fitted fields lower the loss the fit minimises, the others as the spec has them
+    names = list(result.values)
+    loss = fit._time_loss(spec, names, samples)
+    start = [math.log(max(float(spec.eff(n)), 0.05)) for n in names]
+    assert loss([math.log(result.values[n]) for n in names]) <= loss(start)
+    with pytest.raises(FusePlannerError, match="cannot fit clock_hz"):
+        fit.fit_spec(spec, samples, only=["clock_hz"])
+
+
+def test_calibrate_fit_needs_results(capsys):
+    assert main(["calibrate", "--fit", "coresident_exponent"]) != 0
+    assert "--from-results" in capsys.readouterr().err
 
 
 def test_calibrate_from_results_writes_a_loadable_spec(tmp_path, capsys):

@@ -30,6 +30,9 @@ def register(subparsers) -> None:
                    "--gpu then names the spec they were measured with (default: the one in the first file)")
     p.add_argument("--model", default=None, help="with --from-results: the ONNX model the results were "
                    "measured on, when not the bundled model they name")
+    p.add_argument("--fit", default=None, metavar="FIELDS",
+                   help="with --from-results: fit only these comma-separated fields (the others keep the "
+                   "spec's values), e.g. fused_pw_warp_flops_per_cycle_fp32,fused_pw_warp_flops_per_cycle_fp16")
     p.set_defaults(func=run)
 
 
@@ -68,7 +71,8 @@ def _from_results(args: argparse.Namespace) -> int:
                          f"{base.name} (measured with an earlier kernel), e.g. {dropped[0]}\n")
     if not samples:
         raise FusePlannerError("no record of these results can be launched with the current kernels: nothing to fit")
-    result = fit.fit_spec(base, samples)
+    only = [f.strip() for f in args.fit.split(",") if f.strip()] if args.fit else None
+    result = fit.fit_spec(base, samples, only=only)
     out = Path(args.out or f"{base.name}_fitted.toml")
     d = spec_dict(base)
     d.pop("name", None)
@@ -87,6 +91,8 @@ def _from_results(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.fit and not args.from_results:
+        raise FusePlannerError("--fit selects fields to fit to --from-results: give the results files too")
     if args.from_results:
         return _from_results(args)
     from ..calibrate import calibrate, write_spec

@@ -1,6 +1,7 @@
 """Resources, occupancy and predicted time of one kernel launch.
 
-time = launch + sum over waves of  max(iters * latency / depth + memory + own compute, SM compute) + latency
+time = launch + sum over waves of  max(chain x resident ** c, SM compute) + latency,
+chain = iters * latency / depth + memory + own compute
 
 - launch: `launch_overhead_s`, the cost of an empty timed region (measured by `fuseplanner calibrate`:
   3.7 us on the H100 with L2 flushed): the floor under any kernel.
@@ -33,6 +34,11 @@ time = launch + sum over waves of  max(iters * latency / depth + memory + own co
   for tensor cores; idle units, tensor-core padding and shared operand loads count) and the DW
   stencil over its padded chunk. A tile whose GEMM does not divide over its warps, or pads a 2-pixel
   tile to an 8-column mma, is slow whatever its FLOPs; the fused warp rates are per issued FLOP.
+- co-residency: with r blocks resident on an SM, each block's chain takes r ** `coresident_exponent`
+  times as long as alone (0.2 on the H100): the blocks share the SM's issue slots and shared-memory
+  bandwidth, which the per-warp rates (measured mostly on launches of one or two blocks per SM) do
+  not see. Without it the model ran batch-8 launches (several resident blocks) at ~0.8 of their
+  measured time and batch-1 ones at ~0.9-1.1.
 - SM compute: an SM runs all its resident blocks' FLOPs at most at its peak rate / sm_count: CUDA-core
   FLOPs (DW) at the FP32 rate, PW/linear products at the tensor-core rate of the dtype (fp16 ->
   fp16_tc_flops, fp32 with precision="tf32" -> tf32_tc_flops, else fp32_flops).
@@ -79,10 +85,13 @@ def warp_rates(kind: str, dtype: str, precision: str, hw: Hw) -> tuple[float, fl
 
 
 def _wave(per_sm: int, active: int, c_blk: float, mem_blk: float, t_own: float, t_ld: float, t_lat: float,
-          lat: float) -> float:  # fmt: skip
-    """Seconds of one wave with `per_sm` blocks on each of `active` SMs."""
+          lat: float, share: float) -> float:  # fmt: skip
+    """Seconds of one wave with `per_sm` blocks on each of `active` SMs; `share`: the co-residency
+    exponent (`coresident_exponent`)."""
     t_mem = per_sm * active * mem_blk  # the wave's bytes at the SMs' share of bandwidth
     chain = t_lat + (t_mem if t_mem > t_ld else t_ld) + t_own  # one block: loads, waits, computes
+    if share and per_sm > 1:  # resident blocks share the SM's issue slots and shared-memory bandwidth
+        chain *= per_sm**share
     return max(chain, per_sm * c_blk) + lat  # all resident blocks' compute at the SM's peak
 
 
@@ -103,9 +112,9 @@ def kernel_time(w: Work, dram_bytes: float, bps: int, threads: int, hw: Hw, mma:
     t_lat = w.iters * lat / depth
     t = hw.launch
     if full:
-        t += full * _wave(bps, sms, c_blk, mem_blk, t_own, t_ld, t_lat, lat)
+        t += full * _wave(bps, sms, c_blk, mem_blk, t_own, t_ld, t_lat, lat, hw.coresident_exp)
     if rest:
-        t += _wave(-(-rest // sms), min(rest, sms), c_blk, mem_blk, t_own, t_ld, t_lat, lat)
+        t += _wave(-(-rest // sms), min(rest, sms), c_blk, mem_blk, t_own, t_ld, t_lat, lat, hw.coresident_exp)
     return t
 
 
