@@ -43,6 +43,9 @@ TARGETS = {"gma": (10.0, 25.0), "dram": (20.0, None), "time": (25.0, None)}
 DECISION_TARGET = 90.0
 #: A planned tile counts as the right choice when within this factor of the measured best.
 TILE_SLACK = 1.05
+#: A fuse decision is a near tie when fused and unfused measured within this factor of each other:
+#: run-to-run noise of a few percent can flip which one "wins" (reported beside the strict count).
+TIE_SLACK = 1.05
 MODEL_LABELS = {"ours": "ours", "ours_uncalibrated": "ours (uncalibrated spec)", "paper": "paper model"}
 PLOTS = ("traffic.png", "time.png", "roofline.png", "layers.png")
 
@@ -166,12 +169,16 @@ def decisions(results: Mapping) -> dict[str, Any]:
         vals = [e[key] for e in per.values() if key in e]
         return {"n": len(vals), "percent": 100.0 * sum(vals) / len(vals) if vals else None}
 
+    misses = [e for e in per.values() if not e["fuse_agrees"]]
+    ties = {"disagree": len(misses),
+            "near_ties": sum(1 for e in misses if max(e["best_fused_s"], e["unfused_s"])
+                             <= TIE_SLACK * min(e["best_fused_s"], e["unfused_s"]))}  # fmt: skip
     chosen = sum(e["chosen_s"] for e in per.values())
     best = sum(e["best_s"] for e in per.values())
     regret = {"n": len(per), "over_5pct": sum(1 for e in per.values() if e["chosen_s"] > 1.05 * e["best_s"]),
               "time_lost_percent": 100.0 * (chosen - best) / best if best else None}
     return {"groups": per, "fuse": rate("fuse_agrees"), "tile": rate("tile_agrees"),
-            "tile_exact": rate("tile_is_best"), "regret": regret}
+            "tile_exact": rate("tile_is_best"), "regret": regret, "ties": ties}
 
 
 def occupancy(records: Sequence[Mapping]) -> dict[str, Any]:
@@ -512,7 +519,9 @@ def _decision_lines(summary: Mapping) -> list[str]:
     d = summary["decisions"]
     lines = [
         f"- Fuse / no-fuse decisions agreeing with measurement: {_pct(d['fuse']['percent'])} of "
-        f"{d['fuse']['n']} groups (fused best measured time vs the measured unfused pair).",
+        f"{d['fuse']['n']} groups (fused best measured time vs the measured unfused pair)"
+        + (f"; {d['ties']['near_ties']} of the {d['ties']['disagree']} disagreeing groups are near ties (fused and "
+           f"unfused measured within {TIE_SLACK - 1:.0%})." if d.get("ties", {}).get("disagree") else "."),
         f"- Planned tile within {TILE_SLACK - 1:.0%} of the measured best swept tile: "
         f"{_pct(d['tile']['percent'])} of {d['tile']['n']} groups; exactly the best: "
         f"{_pct(d['tile_exact']['percent'])}.",

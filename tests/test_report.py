@@ -82,6 +82,25 @@ def test_decisions(summary):
     # unfused 25 us: (10 + 30) - (10 + 25) = 5 us lost over 35 us = 14.29%; one group loses > 5%
     assert d["regret"]["n"] == 2 and d["regret"]["over_5pct"] == 1
     assert d["regret"]["time_lost_percent"] == pytest.approx(100 * 5 / 35)
+    # g1 is the one disagreement, and 30 us vs 25 us (1.2x) is no near tie (<= 1.05x)
+    assert d["ties"] == {"disagree": 1, "near_ties": 0}
+
+
+def test_near_ties_are_counted_beside_the_strict_decisions():
+    recs = [
+        {"id": "a", "role": "group", "group": "g", "kind": "pw_dw", "planned": True,
+         "measured": {"time_cold_s": 10.4e-6}},
+        {"id": "u", "role": "unfused", "group": "g", "kind": "pw_dw", "measured": {"time_cold_s": 10.0e-6}},
+    ]
+    res = {"groups": {"g": {"planner_fused": True}}, "records": recs}
+    d = report.decisions(res)
+    # fused 10.4 us > unfused 10.0 us: the planner's fuse disagrees, but within 5% (10.4 <= 10.5)
+    assert d["fuse"]["percent"] == 0.0
+    assert d["ties"] == {"disagree": 1, "near_ties": 1}
+    assert "1 of the 1 disagreeing groups are near ties" in "\n".join(report._decision_lines(
+        {"decisions": d, "rank": {"median_ours": None, "median_paper": None, "groups": {}}}))
+    recs[0]["measured"]["time_cold_s"] = 10.6e-6  # 1.06x: a real miss
+    assert report.decisions(res)["ties"] == {"disagree": 1, "near_ties": 0}
 
 
 def test_tile_slack():
