@@ -522,6 +522,16 @@ def block_gemms(kind: str, ops: Sequence[Op], tile: Tile, e: int) -> dict[str, B
     return out
 
 
+def dw_rows_per_item(nch: int, th: int, tw: int, threads: int) -> int:
+    """Output rows one thread item of a fused kernel's DW stencil covers (kernels/fused_common.cuh
+    dw_rows_per_item, compile time): 4, 2 or 1, the most that divides th and still gives every thread
+    of the block an item."""
+    for v in (4, 2):
+        if th % v == 0 and nch * (th // v) * tw >= threads:
+            return v
+    return 1
+
+
 #: Accumulator registers per thread above which a work split is penalised (spills follow).
 MAX_ACC = 128
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from opfactory import dw, pw
 
+from fuseplanner import tiles
 from fuseplanner.cost import fused, model, time
 from fuseplanner.ir import Tile
 from fuseplanner.specs import gpu
@@ -20,16 +21,16 @@ def test_dw_pw_fp16_pays_padding_idle_warp_and_fragment_loads():
     # per chunk: 2 x 16 x 8 x 16 (one m16n8 tile over k = 16) = 4096 FLOPs x 2 warps x 1 tile
     #            x (1 mma + 0.5 x (1 A + 0.5 x 1 B fragment loads) = 1.75) = 14,336
     # 2 chunks (32 channels / 16) -> 28,672 (useful: 2 x 16 x 4 x 32 = 4,096, so 7x)
-    # DW over the padded chunk KP x NP = 16 x 8 = 128 stencils on 64 threads -> 2 each, 64 threads,
-    # 18 FLOPs (3 x 3 x 2): 2 x 64 x 18 = 2,304 per chunk, 4,608 for 2 chunks
-    assert fused.issued_per_block("dw_pw", (DW, PW), TILE, 2, 2) == (4608.0, 28672.0)
+    # DW (dw_window): one output row a tile, so items of V = 1 row: 16 channels x 1 x 4 = 64 items on 64
+    # threads -> 1 each, 18 FLOPs (3 x 3 x 2): 1 x 64 x 18 = 1,152 per chunk, 2,304 for 2 chunks
+    assert fused.issued_per_block("dw_pw", (DW, PW), TILE, 2, 2) == (2304.0, 28672.0)
 
 
 def test_dw_pw_exact_fp32_splits_outputs_over_threads():
     # fma_group(16, 4, 64 threads): 1 x 1 micro-tiles, 64 groups -> one per thread, cost 1 FMA + 0.5 x
     # (1 + 1) loads = 2 per k step; k = TC = 16 (no padding for FMA): 2 x 16 x 64 x 1 x 2 = 4,096 per
     # chunk, 8,192 for 2 chunks (useful 4,096: the shared loads double it); the DW is as for fp16
-    assert fused.issued_per_block("dw_pw", (DW, PW), TILE, 4, 0) == (4608.0, 8192.0)
+    assert fused.issued_per_block("dw_pw", (DW, PW), TILE, 4, 0) == (2304.0, 8192.0)
 
 
 def test_issued_work_reaches_the_launch_time():
@@ -38,10 +39,23 @@ def test_issued_work_reaches_the_launch_time():
     km = model.context("dw_pw", (DW, PW), "fp16")
     w = km.work(TILE, 1, False)
     got = model.issued("dw_pw", (DW, PW), TILE, "fp16", "fp32", w, 1)
-    assert got.mma_issue == 28672.0 * w.blocks and got.cuda_issue == 4608.0 * w.blocks
+    assert got.mma_issue == 28672.0 * w.blocks and got.cuda_issue == 2304.0 * w.blocks
     assert got.mma_issue > w.mma_flops  # padding and idle warps cost more than the useful FLOPs
     # own compute at the issued work: the block's chain is longer than at its useful FLOPs
     hw = h100.hw
     rates = time.warp_rates("dw_pw", "fp16", "fp32", hw)
     args = (0.0, 1, TILE.threads, hw, time.mma_rate("fp16", "fp32", hw), rates)
     assert time.kernel_time(got, *args) > time.kernel_time(w, *args)
+
+
+def test_dw_issue_follows_the_kernels_row_items():
+    # pw_dw, 8 x 8 outputs, 32 channels, 256 threads: V = 4 rows an item (8 % 4 == 0 and 32 x 2 x 8 = 512
+    # items >= 256 threads) -> 2 items a thread x 256 x 4 stencils x 18 FLOPs = 36,864 (= 32 x 64 x 18:
+    # no idle thread)
+    e, d = pw(16, 32, 16, 16), dw(32, 16, 16, 3)
+    assert tiles.dw_rows_per_item(32, 8, 8, 256) == 4
+    assert fused.issued_per_block("pw_dw", (e, d), Tile(8, 8, 32, 16, 256), 4, 0)[0] == 36_864.0
+    # 2 x 4 outputs of 16 channels on 256 threads: 2 rows do not give every thread an item (16 x 1 x 4 = 64
+    # < 256), so V = 1: 16 x 2 x 4 = 128 items, 1 a thread x 256 threads (half idle) x 18 = 4,608
+    assert tiles.dw_rows_per_item(16, 2, 4, 256) == 1
+    assert fused.issued_per_block("pw_dw", (e, d), Tile(2, 4, 16, 16, 256), 4, 0)[0] == 4_608.0

@@ -272,10 +272,10 @@ def _gemm_issue(g: tiles.BlockGemm, threads: int, prec: int) -> float:
 def issued_per_block(kind: str, ops: tuple, tile: Tile, e: int, prec: int) -> tuple[float, float]:
     """(DW FLOPs, PW FLOP-equivalents) one block of a fused kernel (no cluster split) issues on its
     critical path over all its channel chunks (kernels/fused_*.cu): each chunk's block GEMMs
-    (`tiles.block_gemms`) by `_gemm_issue`, the DW stencil as ceil(elements / threads) stencils per
-    thread over the padded KP x NP chunk (dw_pw, pw_dw_pw; tf x th tw outputs once for pw_dw).
+    (`tiles.block_gemms`) by `_gemm_issue`, the DW stencil by `_dw_issue` over the chunk's tc channels
+    (dw_pw, pw_dw_pw; tf channels once for pw_dw).
     `prec`: 0 exact fp32, 1 TF32, 2 fp16."""
-    t, p = tile.threads, tile.th * tile.tw
+    t = tile.threads
     nk = -(-(ops[0].c_out if kind in ("pw_pw", "pw_dw_pw") else ops[0].c_in) // tile.tc)
     pw = nk * sum(_gemm_issue(g, t, prec) for g in tiles.block_gemms(kind, ops, tile, e).values())
     if kind == "pw_pw":
@@ -283,5 +283,14 @@ def issued_per_block(kind: str, ops: tuple, tile: Tile, e: int, prec: int) -> tu
     dw = ops[0] if kind == "dw_pw" else ops[1]
     stencil = 2 * dw.kernel[0] * dw.kernel[1]
     if kind == "pw_dw":  # once, after the chunk loop
-        return -(-tile.tf * p // t) * t * stencil, pw
-    return nk * -(-_rup(tile.tc, 16) * _rup(p, 8) // t) * t * stencil, pw
+        return _dw_issue(tile.tf, tile, stencil), pw
+    return nk * _dw_issue(tile.tc, tile, stencil), pw
+
+
+def _dw_issue(nch: int, tile: Tile, stencil: int) -> float:
+    """FLOPs a block's busiest thread issues on the DW stencil of `nch` channels (kernels/
+    fused_common.cuh dw_window), times the threads: items of V output rows (`tiles.dw_rows_per_item`),
+    ceil(items / threads) per thread, each V stencils."""
+    v = tiles.dw_rows_per_item(nch, tile.th, tile.tw, tile.threads)
+    items = nch * (tile.th // v) * tile.tw
+    return float(-(-items // tile.threads) * tile.threads * v * stencil)
