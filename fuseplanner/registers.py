@@ -10,8 +10,8 @@ storage dtype: a base per block size plus a slope per accumulated output, fitted
 `scripts/register_fit.py` to the registers CuPy's NVRTC allocated to every launch of
 docs/validation/split-2026-11-23 (sm_90; `fuseplanner validate` records them in
 `measured.kernels`). With it the implied blocks per SM match 1,628 of the 1,970 launches. The fused
-rows were refitted after the fused-kernel rewrite of 2026-11-24 on its 1,136 recorded fused launches
-(docs/validation/dwwindow-2026-11-24 and coresident-2026-11-24): blocks per SM now match 1,013 of them
+rows were refitted after the fused kernels' instruction diet (eleventh session) on its 1,136 recorded fused launches
+(docs/validation/dwwindow-2026-11-23 and coresident-2026-11-23): blocks per SM now match 1,013 of them
 (808 with the earlier rows); the layer-by-layer rows (unchanged kernels) stay as they were.
 
 The table describes these kernels and this compiler generation: refit it after a kernel change.

@@ -41,7 +41,7 @@ def test_allocated_from_the_table_by_hand():
     assert registers.allocated("dw", Tile(8, 8, 8, 8, 128), "fp32", PINNED) == 32
     # 64-thread dw_pw fp32 of 196 outputs a thread: 88 + 1.14 x 196 = 311 -> the 255 ceiling
     assert registers.allocated("dw_pw", Tile(7, 7, 256, 8, 64), "fp32", PINNED) == 255
-    # the bundled table (refitted for the kernels of 2026-11-24): 61 + 1.31 x 2 = 63.62 -> 64
+    # the bundled table (refitted for the kernels of docs/validation/dwwindow-2026-11-23): 61 + 1.31 x 2 = 63.62 -> 64
     assert registers.allocated("dw_pw", Tile(1, 4, 128, 32, 256), "fp32") == 64
 
 
