@@ -10,9 +10,10 @@ storage dtype: a base per block size plus a slope per accumulated output, fitted
 `scripts/register_fit.py` to the registers CuPy's NVRTC allocated to every launch of
 docs/validation/split-2026-11-23 (sm_90; `fuseplanner validate` records them in
 `measured.kernels`). With it the implied blocks per SM match 1,628 of the 1,970 launches. The fused
-rows were refitted after the fused kernels' instruction diet (eleventh session) on its 1,136 recorded fused launches
-(docs/validation/dwwindow-2026-11-23 and coresident-2026-11-23): blocks per SM now match 1,013 of them
-(808 with the earlier rows); the layer-by-layer rows (unchanged kernels) stay as they were.
+rows were refitted once the fused kernels were rewritten to issue fewer instructions, on the 1,136
+fused launches recorded with them (docs/validation/dwwindow-2026-11-23 and coresident-2026-11-23):
+blocks per SM now match 1,013 of them (808 with the earlier rows); the layer-by-layer rows (unchanged
+kernels) stay as they were.
 
 The table describes these kernels and this compiler generation: refit it after a kernel change.
 Kinds and dtypes it lacks fall back to `accumulators`. TF32 shares the exact-fp32 row (the
