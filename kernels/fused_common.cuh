@@ -320,6 +320,40 @@ __device__ __forceinline__ void dw_window(const S* __restrict__ src, const float
     }
 }
 
+// ---- epilogues between the fused stages -------------------------------------------------------------
+// gemm_stream epilogue of an expansion over a staged window (pw_dw, pw_dw_pw): bias + ACT of channel
+// c0 + m at window position n (row n / Wwa), 0 outside the map, past `count` channels or at n >= N1
+// (the DW pads the expansion's output with zeros).
+template <int A, int HB, int Wwa, int N1>
+__device__ __forceinline__ auto window_epilogue(const float* __restrict__ b, int c0, int count, int iy0, int xs0,
+                                                int H, int W) {
+    return [=](int m, int n, float v) {
+        const int row = n / Wwa, gy = iy0 + row, gx = xs0 + (n - row * Wwa), c = c0 + m;
+        return c < count && n < N1 && (unsigned)gy < (unsigned)H && (unsigned)gx < (unsigned)W
+                   ? act_t<A>(v + bias_t<HB>(b, c)) : 0.f;
+    };
+}
+
+// dw_window output into the next GEMM's B operand ds[k][p] (dw_pw, pw_dw_pw): bias (wd[NCH * KK + k],
+// copied with the chunk's DW weights) + ACT of channel c0 + k, 0 past `count` channels, staged.
+template <int A, int HB, int NCH, int KK_, int TW_, int LDD>
+__device__ __forceinline__ auto dw_to_operand(T* ds, const float* wd, int c0, int count) {
+    return [=](int k, int oy, int ox, float a) {
+        const float v = c0 + k < count ? act_t<A>(a + (HB ? wd[NCH * KK_ + k] : 0.f)) : 0.f;
+        ds[k * LDD + oy * TW_ + ox] = stage(v);
+    };
+}
+
+// Zero the padding of a B operand ds[Kp][Np] (rows Tc .. Kp, columns P .. Np) once, before the chunk
+// loop: dw_to_operand writes the rest every chunk.
+template <int Kp, int Np, int Tc, int P_, int LDD>
+__device__ __forceinline__ void zero_operand_padding(T* ds) {
+    for (int t = threadIdx.x; t < Kp * Np; t += THREADS) {
+        const int k = t / Np, p = t - (t / Np) * Np;
+        if (k >= Tc || p >= P_) from_f(ds[k * LDD + p], 0.f);
+    }
+}
+
 // ---- global -> shared staging -------------------------------------------------------------------------
 // Element i (0 <= i < TOTAL) of a staged buffer: thread t handles i = t, t + THREADS, ... . All loads
 // of a batch (up to 16 per thread) are issued before any store, so a buffer costs one memory round

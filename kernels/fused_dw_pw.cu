@@ -92,11 +92,7 @@ fused_dw_pw(const T* __restrict__ x, const float* __restrict__ w1, const float* 
     if (nk > 0) hp.load(chunk0(0));
 #endif
 
-    // The B operand's padding (rows TC .. KP, columns P .. NP) stays zero; dw_window writes the rest.
-    for (int t = tid; t < KP * NP; t += THREADS) {
-        const int k = t / NP, p = t - (t / NP) * NP;
-        if (k >= TC || p >= P) from_f(ds[k * LDD + p], 0.f);
-    }
+    zero_operand_padding<KP, NP, TC, P, LDD>(ds);
     BlockAcc<ME2, NE2, G2M, G2N> acc;
     acc.zero();
     ring_prologue<STAGES>(nk, issue);
@@ -118,10 +114,7 @@ fused_dw_pw(const T* __restrict__ x, const float* __restrict__ w1, const float* 
 #endif
         const float* wd = wd_of(s);
         dw_window<TC, TH, TW, KH, KW, SH, SW, DLH, DLW, WWA, WIN>(
-            xw_of(s) + xoff, wd, [=](int k, int oy, int ox, float a) {
-                const float v = c0 + k < C ? act_t<ACT1>(a + (HAS_B1 ? wd[TC * KK + k] : 0.f)) : 0.f;
-                ds[k * LDD + oy * TW + ox] = stage(v);
-            });
+            xw_of(s) + xoff, wd, dw_to_operand<ACT1, HAS_B1, TC, KK, TW, LDD>(ds, wd, c0, C));
         __syncthreads();
         acc.template mac<K2, LDW, LDD>(ws_of(s), ds);
         ring_refill<STAGES>(i, nk, issue);

@@ -105,13 +105,9 @@ fused_pw_dw(const T* __restrict__ x, const T* __restrict__ wp, const float* __re
 #if XA == 0
         if (i + 1 < nk) hp.load((i + 1) * TC);
 #endif
-        // The last chunk's GEMM stores bias + ACT1 of the sum, 0 outside the map (the DW pads the PW
-        // output with zeros).
-        auto epi = [=](int m, int n, float v) {
-            const int row = n / WWA, gy = iy0 + row, gx = xs0 + (n - row * WWA), f = f0 + m;
-            return f < CE && n < N1 && (unsigned)gy < (unsigned)H && (unsigned)gx < (unsigned)W
-                       ? act_t<ACT1>(v + bias_t<HAS_B1>(b1, f)) : 0.f;
-        };
+        // The last chunk's GEMM stores bias + ACT1 of the sum, 0 outside the map (window_epilogue). Four
+        // calls rather than a runtime `last` test inside one epilogue, which made ptxas spill.
+        const auto epi = window_epilogue<ACT1, HAS_B1, WWA, N1>(b1, f0, CE, iy0, xs0, H, W);
         if (i + 1 < nk) {
             if (i == 0) gemm_stream<ME1, NE1, G1M, G1N, K1, LDW, LDX, LDC, false>(ws_of(s), xs_of(s), cs);
             else gemm_stream<ME1, NE1, G1M, G1N, K1, LDW, LDX, LDC, true>(ws_of(s), xs_of(s), cs);

@@ -88,12 +88,7 @@ fused_pw_dw_pw(const T* __restrict__ x, const T* __restrict__ w1p, const float* 
     stage_copy<C1P * N1P>([&](int i) { return halo_elem<N1P, N1, WWA>(i, xb, 0, C1, H, W, iy0, xs0); },
                           [&](int i, float v) { from_f(xs[(i / N1P) * LDX + i % N1P], v); });
 #endif
-    // The projection's B operand padding (rows TC .. KP, columns P .. NP) stays zero; dw_window writes
-    // the rest.
-    for (int t = tid; t < KP * NP; t += THREADS) {
-        const int k = t / NP, p = t - (t / NP) * NP;
-        if (k >= TC || p >= P) from_f(ds[k * LDD + p], 0.f);
-    }
+    zero_operand_padding<KP, NP, TC, P, LDD>(ds);
     ring_prologue<STAGES>(nk, issue);
     BlockAcc<ME2, NE2, G2M, G2N> acc;
     acc.zero();
@@ -103,21 +98,13 @@ fused_pw_dw_pw(const T* __restrict__ x, const T* __restrict__ w1p, const float* 
         ring_wait<STAGES>();
         __syncthreads();  // chunk i landed; every unit is done with chunk i - 1 (its stage, e and ds)
         ring_next<STAGES>(i, nk, issue);
-        // The expansion's GEMM stores bias + ACT1 of each sum, 0 outside the map (the DW pads the
-        // expansion's output with zeros).
+        // The expansion's GEMM stores bias + ACT1 of each sum, 0 outside the map (window_epilogue).
         gemm_stream<ME1, NE1, G1M, G1N, K1, LDW1, LDX, LDE, false>(
-            w1_of(s), xs, e, [=](int m, int n, float v) {
-                const int row = n / WWA, gy = iy0 + row, gx = xs0 + (n - row * WWA), c = c0 + m;
-                return c < CE && n < N1 && (unsigned)gy < (unsigned)H && (unsigned)gx < (unsigned)W
-                           ? act_t<ACT1>(v + bias_t<HAS_B1>(b1, c)) : 0.f;
-            });
+            w1_of(s), xs, e, window_epilogue<ACT1, HAS_B1, WWA, N1>(b1, c0, CE, iy0, xs0, H, W));
         __syncthreads();
         const float* wd = wd_of(s);
         dw_window<TC, TH, TW, KH, KW, SH, SW, DLH, DLW, WWA, LDE>(
-            e + xoff, wd, [=](int k, int oy, int ox, float a) {
-                const float v = c0 + k < CE ? act_t<ACT2>(a + (HAS_B2 ? wd[TC * KK + k] : 0.f)) : 0.f;
-                ds[k * LDD + oy * TW + ox] = stage(v);
-            });
+            e + xoff, wd, dw_to_operand<ACT2, HAS_B2, TC, KK, TW, LDD>(ds, wd, c0, CE));
         __syncthreads();
         acc.template mac<K2, LDW2, LDD>(w2_of(s), ds);
         ring_refill<STAGES>(i, nk, issue);
