@@ -32,8 +32,9 @@ chain = iters * latency / depth + memory + own compute
   its useful FLOPs (`model.issued`, `fused.issued_per_block`): each GEMM at the busiest unit's share of
   the kernels' own work split (threads x register micro-tiles for exact fp32, warps x 16x8 mma tiles
   for tensor cores; idle units, tensor-core padding and shared operand loads count) and the DW
-  stencil over its padded chunk. A tile whose GEMM does not divide over its warps, or pads a 2-pixel
-  tile to an 8-column mma, is slow whatever its FLOPs; the fused warp rates are per issued FLOP.
+  stencil in the kernels' items of V output rows per thread (`fused._dw_issue`). A tile whose GEMM
+  does not divide over its warps, or pads a 2-pixel tile to an 8-column mma, is slow whatever its
+  FLOPs; the fused warp rates are per issued FLOP.
 - co-residency: with r blocks resident on an SM, each block's chain takes r ** `coresident_exponent`
   times as long as alone (0.2 on the H100): the blocks share the SM's issue slots and shared-memory
   bandwidth, which the per-warp rates (measured mostly on launches of one or two blocks per SM) do
