@@ -523,9 +523,10 @@ def block_gemms(kind: str, ops: Sequence[Op], tile: Tile, e: int) -> dict[str, B
 
 
 def dw_rows_per_item(nch: int, th: int, tw: int, threads: int) -> int:
-    """Output rows one thread item of a fused kernel's DW stencil covers (kernels/fused_common.cuh
-    dw_rows_per_item, compile time): 4, 2 or 1, the most that divides th and still gives every thread
-    of the block an item."""
+    """Output rows one thread item of a fused kernel's DW stencil covers (the DWV define of
+    kernels/fused_*.cu, dw_window): 4, 2 or 1, the most that divides th and still gives every thread of
+    the block an item. The launcher (kernels.fused.kernel_defines) and the cost model
+    (cost.fused._dw_issue) both read it here."""
     for v in (4, 2):
         if th % v == 0 and nch * (th // v) * tw >= threads:
             return v

@@ -291,21 +291,16 @@ struct BlockAcc {
 };
 
 // ---- depthwise convolution over a staged window ---------------------------------------------------
-// Rows of outputs per thread in dw_window: the most (4, 2 or 1, dividing th) that still gives every
-// thread of the block an item.
-__host__ __device__ constexpr int dw_rows_per_item(int nch, int th, int tw) {
-    return (th % 4 == 0 && nch * (th / 4) * tw >= THREADS) ? 4 : (th % 2 == 0 && nch * (th / 2) * tw >= THREADS) ? 2 : 1;
-}
-
 // Depthwise k x k of NCH channels over their staged windows: channel k's window element (row, col) is
 // src[k * CSTR + row * LDR + col], its weights wd[k * KH * KW + ky * KW + kx] (fp32, shared memory).
-// Each item of a thread is one channel and column and V (dw_rows_per_item) vertically adjacent outputs,
-// so the window rows they share are read once; out(k, oy, ox, sum) receives each output of the
-// TH x TW tile (sum without bias or activation).
-template <int NCH, int TH_, int TW_, int KH_, int KW_, int SH_, int SW_, int DH_, int DW_, int LDR, int CSTR, class S,
-          class F>
+// Each item of a thread is one channel and column and V vertically adjacent outputs (the DWV define,
+// fuseplanner.tiles.dw_rows_per_item), so the window rows they share are read once; out(k, oy, ox,
+// sum) receives each output of the TH x TW tile (sum without bias or activation).
+template <int V, int NCH, int TH_, int TW_, int KH_, int KW_, int SH_, int SW_, int DH_, int DW_, int LDR, int CSTR,
+          class S, class F>
 __device__ __forceinline__ void dw_window(const S* __restrict__ src, const float* __restrict__ wd, F out) {
-    constexpr int V = dw_rows_per_item(NCH, TH_, TW_), VY = TH_ / V, ITEMS = NCH * VY * TW_, KK_ = KH_ * KW_;
+    static_assert(V >= 1 && TH_ % V == 0, "a DW item's rows must divide the tile's rows");
+    constexpr int VY = TH_ / V, ITEMS = NCH * VY * TW_, KK_ = KH_ * KW_;
 #pragma unroll 1
     for (int it = threadIdx.x; it < ITEMS; it += THREADS) {
         const int ox = it % TW_, q = it / TW_, vy = q % VY, k = q / VY;

@@ -21,7 +21,7 @@
 // the tile over the cluster's shared memory (DSMEM) and writes it with bias, ACT2 and the residual.
 //
 // Defines: T_HALF PREC THREADS TH TW TF TC KH KW SH SW DLH DLW ACT1 ACT2 HAS_B1 HAS_B2 HAS_RES
-//          G2M G2N ME2 NE2 STAGES KS XA TFP SMEM_TOTAL.
+//          G2M G2N ME2 NE2 DWV STAGES KS XA TFP SMEM_TOTAL.
 #include "fused_common.cuh"
 
 #ifndef XA
@@ -113,7 +113,7 @@ fused_dw_pw(const T* __restrict__ x, const float* __restrict__ w1, const float* 
         if (i + 1 < nk) hp.load(chunk0(i + 1));
 #endif
         const float* wd = wd_of(s);
-        dw_window<TC, TH, TW, KH, KW, SH, SW, DLH, DLW, WWA, WIN>(
+        dw_window<DWV, TC, TH, TW, KH, KW, SH, SW, DLH, DLW, WWA, WIN>(
             xw_of(s) + xoff, wd, dw_to_operand<ACT1, HAS_B1, TC, KK, TW, LDD>(ds, wd, c0, C));
         __syncthreads();
         acc.template mac<K2, LDW, LDD>(ws_of(s), ds);

@@ -18,7 +18,7 @@
 // prefetched through registers one chunk ahead.
 //
 // Defines: T_HALF PREC THREADS TH TW TF TC KH KW SH SW DLH DLW ACT1 ACT2 HAS_B1 HAS_B2 HAS_RES
-//          G1M G1N ME1 NE1 (GEMM groups, from fuseplanner/kernels/fused.py) STAGES XA TFP SMEM_TOTAL.
+//          G1M G1N ME1 NE1 (GEMM groups, from fuseplanner/kernels/fused.py) DWV STAGES XA TFP SMEM_TOTAL.
 #include "fused_common.cuh"
 
 #ifndef XA
@@ -122,7 +122,7 @@ fused_pw_dw(const T* __restrict__ x, const T* __restrict__ wp, const float* __re
     __syncthreads();
     // DW (+ bias, ACT2, residual) over the expanded window.
     const long long ob = (long long)b * CE * Ho * Wo;
-    dw_window<TF, TH, TW, KH, KW, SH, SW, DLH, DLW, WWA, LDC>(
+    dw_window<DWV, TF, TH, TW, KH, KW, SH, SW, DLH, DLW, WWA, LDC>(
         cs + xoff, wd, [=](int m, int oy, int ox, float acc) {
             const int f = f0 + m, gy = oy0 + oy, gx = ox0 + ox;
             if (f < CE && gy < Ho && gx < Wo) {

@@ -18,7 +18,7 @@
 // starts.
 //
 // Defines: T_HALF PREC THREADS TH TW TF TC C1 KH KW SH SW DLH DLW ACT1 ACT2 ACT3 HAS_B1 HAS_B2
-//          HAS_B3 HAS_RES G1M G1N ME1 NE1 G2M G2N ME2 NE2 STAGES XA TCP TFP SMEM_TOTAL.
+//          HAS_B3 HAS_RES G1M G1N ME1 NE1 G2M G2N ME2 NE2 DWV STAGES XA TCP TFP SMEM_TOTAL.
 #include "fused_common.cuh"
 
 #ifndef XA
@@ -103,7 +103,7 @@ fused_pw_dw_pw(const T* __restrict__ x, const T* __restrict__ w1p, const float* 
             w1_of(s), xs, e, window_epilogue<ACT1, HAS_B1, WWA, N1>(b1, c0, CE, iy0, xs0, H, W));
         __syncthreads();
         const float* wd = wd_of(s);
-        dw_window<TC, TH, TW, KH, KW, SH, SW, DLH, DLW, WWA, LDE>(
+        dw_window<DWV, TC, TH, TW, KH, KW, SH, SW, DLH, DLW, WWA, LDE>(
             e + xoff, wd, dw_to_operand<ACT2, HAS_B2, TC, KK, TW, LDD>(ds, wd, c0, CE));
         __syncthreads();
         acc.template mac<K2, LDW2, LDD>(w2_of(s), ds);

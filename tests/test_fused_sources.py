@@ -181,6 +181,17 @@ def test_dw_pw_defines_choose_the_halo_copy_path():
     assert kernel_defines("dw_pw", (D, P), Tile(4, 8, 24, 32, 256), "fp16", "fp32", [True, True], False)["XA"] == 1
 
 
+def test_dw_rows_per_item_define_follows_the_dw_channels():
+    # pw_dw's DW runs over its 32-filter tile: 4 x 4 outputs on 256 threads, V = 4 needs 32 x 1 x 4 = 128
+    # items (< 256), V = 2: 32 x 2 x 4 = 256 items -> 2
+    assert kernel_defines("pw_dw", (E, D), Tile(4, 4, 32, 32, 256), "fp32", "fp32", [True, True], False)["DWV"] == 2
+    # dw_pw's DW runs over a 16-channel chunk: 16 x 2 x 4 = 128 items at V = 2 (< 256), so V = 1
+    assert kernel_defines("dw_pw", (D, P), Tile(4, 4, 32, 16, 256), "fp32", "fp32", [True, True], False)["DWV"] == 1
+    # a tile of odd height takes one row an item whatever its channels
+    assert tiles.dw_rows_per_item(512, 7, 7, 64) == 1
+    assert "DWV" not in kernel_defines("pw_pw", CASES[3][1], CASES[3][2], "fp32", "fp32", [True, True], False)
+
+
 def test_pack_pw_weights_layout_and_tf32_rounding():
     import numpy as np
 

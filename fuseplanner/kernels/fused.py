@@ -139,6 +139,8 @@ def kernel_defines(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, precisi
         d[f"HAS_B{i}"] = int(b)
     if kind in ("pw_dw", "dw_pw", "pw_dw_pw"):
         d.update(_geometry_defines(ops[0] if kind == "dw_pw" else ops[1]))
+        # output rows per DW item (dw_window): the DW runs over the filter tile in pw_dw, a chunk otherwise
+        d["DWV"] = tiles.dw_rows_per_item(tf if kind == "pw_dw" else tc, th, tw, threads)
     if kind in ("pw_pw", "pw_dw_pw"):
         d.update({"C1": ops[0].c_in, "STAGES": tiles.fused_stages(kind, ops, tile, dtype),
                   "TCP": packed_width(tc, dtype), "TFP": packed_width(tf, dtype),
