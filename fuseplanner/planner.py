@@ -532,7 +532,7 @@ def _layer_plans(graph: ModelGraph, ops: dict[str, Op], layer: dict[str, Choice]
         if n in covered or n in absorbed:
             continue
         r = resid.get(n)
-        choice = library[n] if n in library and n not in absorbed else layer[n]
+        choice = library.get(n, layer[n])  # an Add its op does not absorb runs as the library kernel
         out.append(layer_cls(
             node=n, kind=ops[n].kind, op_type=ops[n].op_type, tile=choice.tile, cost=cost_cls.from_cost(choice.cost),
             residual=r is not None, absorbed=[r.add] if r else [], residual_input=r.tensor if r else None,
