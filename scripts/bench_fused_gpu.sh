@@ -9,10 +9,7 @@ OUTDIR=${1:?usage: scripts/bench_fused_gpu.sh OUTDIR [KINDS...]}
 shift
 KINDS=${*:-pw_dw dw_pw}
 mkdir -p "$OUTDIR"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+. scripts/wheels.sh
 export PYTHONUNBUFFERED=1
 timeout "${TEST_TIMEOUT:-240}" python3 -m pytest tests/gpu/test_fused_kernels.py -q -rs 2>&1 | tee "$OUTDIR/tests.log" | tail -6
 # shellcheck disable=SC2086

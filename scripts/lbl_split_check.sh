@@ -8,7 +8,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUTDIR=${1:?usage: scripts/lbl_split_check.sh OUTDIR}
 mkdir -p "$OUTDIR"
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+. scripts/wheels.sh
 export PYTHONUNBUFFERED=1
 s=$(date +%s)
 timeout 200 python3 -m pytest -q -rs tests/gpu/test_lbl_kernels.py "tests/gpu/test_fused_kernels.py::test_dw_pw_every_cluster_split" \

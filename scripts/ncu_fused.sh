@@ -11,10 +11,7 @@ cd "$(dirname "$0")/.."
 OUTDIR=${1:?usage: scripts/ncu_fused.sh OUTDIR CONFIG...}
 shift
 mkdir -p "$OUTDIR"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+. scripts/wheels.sh
 python3 benchmarks/probe_fused.py --out "$OUTDIR" --torch --repeat 50 "$@" 2>&1 | tee "$OUTDIR/probe.log"
 ncu --set full --cache-control all --import-source no -k "regex:fused_" -o "$OUTDIR/fused" \
   python3 benchmarks/probe_fused.py --out "$OUTDIR" --ncu "$@" > "$OUTDIR/ncu.log" 2>&1

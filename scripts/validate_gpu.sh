@@ -14,10 +14,7 @@ cd "$(dirname "$0")/.."
 OUTDIR=${1:?usage: scripts/validate_gpu.sh OUTDIR}
 RUNS=$(mktemp -d)/runs
 mkdir -p "$RUNS" "$OUTDIR"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+. scripts/wheels.sh
 export PYTHONUNBUFFERED=1
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
