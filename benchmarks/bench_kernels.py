@@ -192,6 +192,7 @@ def main() -> int:
     ap.add_argument("--search-repeat", type=int, default=15)
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--only", default="", help="comma-separated substrings: layers whose name has one of them")
+    ap.add_argument("--modes", default="fp32,tf32,fp16", help="comma-separated: fp32 (exact), tf32, fp16")
     args = ap.parse_args()
     out = Path(args.outdir)
     out.mkdir(parents=True, exist_ok=True)
@@ -211,6 +212,8 @@ def main() -> int:
                 continue
             for dtype, precision in MODES:
                 if kind == "dw" and precision == "tf32":
+                    continue
+                if ("fp16" if dtype == "fp16" else precision) not in args.modes.split(","):
                     continue
                 r = bench_layer(kind, op, dtype, precision, gpu, args, rng)
                 rows.append(r)

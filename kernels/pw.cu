@@ -12,8 +12,9 @@
 // The pads keep the tensor-core fragment reads free of bank conflicts.
 //
 // Math paths (USE_TC): 0 = exact fp32 FMA with a register block of RF filters x RP pixels per
-// thread (A_THR threads along filters; or FLAT = 1: outputs tid + r*THREADS); 1 = TF32 mma.sync
-// m16n8k8; 2 = fp16 mma.sync m16n8k16 (KSTEP 16) or m16n8k8 (KSTEP 8); fp32 accumulation. Tensor-core
+// thread (A_THR threads along filters, THREADS / A_THR along pixels, the last of a thread's RP pixels
+// possibly past the tile; or FLAT = 1: outputs tid + r*THREADS); 1 = TF32 mma.sync m16n8k8 (A
+// fragments by ldmatrix); 2 = fp16 mma.sync m16n8k16 (KSTEP 16) or m16n8k8 (KSTEP 8); fp32 accumulation. Tensor-core
 // warps form a WARPS_M x WARPS_N grid, each owning WM_T x WN_T mma tiles of 16 x 8.
 //
 // Split reduction (KS > 1, tiles.cluster_split: a deep reduction over few output tiles): grid x is
@@ -231,7 +232,8 @@ pw_kernel(const T* __restrict__ x, const T* __restrict__ w, const float* __restr
     for (int r = 0; r < R; ++r) acc[r] = 0.f;
 #else
     constexpr int B_THR = THREADS / A_THR;
-    constexpr int RF = TF / A_THR, RP = P / B_THR;
+    // B_THR need not divide P: the last pixels of a thread past P load pixel P - 1 and are not stored
+    constexpr int RF = TF / A_THR, RP = (P + B_THR - 1) / B_THR;
     const int ta = tid / B_THR, tb = tid % B_THR;
     float acc[RF][RP];
 #pragma unroll
@@ -303,7 +305,7 @@ pw_kernel(const T* __restrict__ x, const T* __restrict__ w, const float* __restr
 #pragma unroll
             for (int i = 0; i < RF; ++i) a[i] = lds_f(ws + (ta + i * A_THR) * WLD + k);
 #pragma unroll
-            for (int j = 0; j < RP; ++j) b[j] = lds_f(&XS_AT(xs, k, tb + j * B_THR));
+            for (int j = 0; j < RP; ++j) b[j] = lds_f(&XS_AT(xs, k, P % B_THR ? min(tb + j * B_THR, P - 1) : tb + j * B_THR));
 #pragma unroll
             for (int i = 0; i < RF; ++i)
 #pragma unroll
@@ -316,15 +318,16 @@ pw_kernel(const T* __restrict__ x, const T* __restrict__ w, const float* __restr
             unsigned af[WM_T][4], bf[WN_T][2];
 #pragma unroll
             for (int i = 0; i < WM_T; ++i) {
+#if USE_TC == 1
+                // One ldmatrix.x4: lanes 0-15 address rows r .. r + 15 at k, lanes 16-31 the same rows at k + 4,
+                // which yields a0..a3 of the m16n8k8 fragment. The launcher rounds the weights to TF32
+                // (tf32_rounded), so their bits go to the tensor cores as they are. Rows past TF read row
+                // TF - 1: they only feed accumulator rows that are never stored.
+                ldsm_x4(af[i], ws + min((wm * WM_T + i) * 16 + (lane & 15), TF - 1) * WLD + ks + 4 * (lane >> 4));
+#else
                 const int r0 = (wm * WM_T + i) * 16 + gq, r1 = r0 + 8;
                 // rows past TF occur when TF % 16 != 0 or when the warp grid overhangs the tile
                 const bool ok0 = r0 < TF, ok1 = r1 < TF;
-#if USE_TC == 1
-                af[i][0] = ok0 ? f2tf32(ws[r0 * WLD + ks + tq]) : 0u;
-                af[i][1] = ok1 ? f2tf32(ws[r1 * WLD + ks + tq]) : 0u;
-                af[i][2] = ok0 ? f2tf32(ws[r0 * WLD + ks + tq + 4]) : 0u;
-                af[i][3] = ok1 ? f2tf32(ws[r1 * WLD + ks + tq + 4]) : 0u;
-#else
                 af[i][0] = ok0 ? *reinterpret_cast<const unsigned*>(ws + r0 * WLD + ks + 2 * tq) : 0u;
                 af[i][1] = ok1 ? *reinterpret_cast<const unsigned*>(ws + r1 * WLD + ks + 2 * tq) : 0u;
                 if (KSTEP == 16) {
@@ -337,9 +340,14 @@ pw_kernel(const T* __restrict__ x, const T* __restrict__ w, const float* __restr
             for (int j = 0; j < WN_T; ++j) {
                 const int c = (wn * WN_T + j) * 8 + gq;
                 const bool ok = c < P;
-#if USE_TC == 1
-                bf[j][0] = ok ? f2tf32(XS_AT(xs, ks + tq, c)) : 0u;
-                bf[j][1] = ok ? f2tf32(XS_AT(xs, ks + tq + 4, c)) : 0u;
+#if USE_TC == 1 && CL
+                // tokens are rows of k-contiguous words: one ldmatrix.x2 (lanes 0-7 at k, 8-15 at k + 4);
+                // rows past P read row P - 1 and only feed columns that are never stored
+                ldsm_x2(bf[j], &XS_AT(xs, ks + 4 * ((lane >> 3) & 1), min((wn * WN_T + j) * 8 + (lane & 7), P - 1)));
+#elif USE_TC == 1
+                // the input's fp32 bits as they are: the tensor cores read the TF32 part (truncation)
+                bf[j][0] = ok ? __float_as_uint(XS_AT(xs, ks + tq, c)) : 0u;
+                bf[j][1] = ok ? __float_as_uint(XS_AT(xs, ks + tq + 4, c)) : 0u;
 #elif CL
                 bf[j][0] = ok ? *reinterpret_cast<const unsigned*>(&XS_AT(xs, ks + 2 * tq, c)) : 0u;
                 if (KSTEP == 16) bf[j][1] = ok ? *reinterpret_cast<const unsigned*>(&XS_AT(xs, ks + 2 * tq + 8, c)) : 0u;

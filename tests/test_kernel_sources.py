@@ -32,6 +32,9 @@ COMBOS = [
     ("dw.cu", "dw_kernel", {**BASE_DW, "SH": 2, "SW": 2, "KH": 5, "KW": 5, "VEC": 1, "ACT": 7, "HAS_RES": 1}, True),
     ("pw.cu", "pw_kernel", BASE_PW, True),
     ("pw.cu", "pw_kernel", {**BASE_PW, "USE_TC": 1, **MMA}, True),
+    # exact fp32 register block whose threads along pixels (16) do not divide the tile's 28 pixels
+    ("pw.cu", "pw_kernel", {**BASE_PW, "TH": 4, "TW": 7, "XU": 1, "A_THR": 16}, True),
+    ("pw.cu", "pw_kernel", {**BASE_PW, "TH": 4, "TW": 7, "XU": 1, "A_THR": 16, "KS": 4}, True),
     ("pw.cu", "pw_kernel", {**BASE_PW, "USE_TC": 2, "T_HALF": 1, "XU": 8, "WU": 8, **MMA}, True),
     ("pw.cu", "pw_kernel", {**BASE_PW, "USE_TC": 2, "T_HALF": 1, "TC": 8, "XU": 8, "WU": 8, **MMA}, True),
     ("pw.cu", "pw_kernel", {**BASE_PW, "CL": 1, "TH": 64, "TW": 1, "USE_TC": 1, **MMA, "ACT": 6}, True),
@@ -116,3 +119,29 @@ def test_fused_launch_rejects_images_past_32_bit_offsets():
     with pytest.raises(PlanError, match="32-bit offsets"):
         _nchw(SimpleNamespace(ndim=4, shape=(1, 128, 4096, 4096)))
     assert _nchw(SimpleNamespace(ndim=4, shape=(2, 127, 4096, 4096))) == (2, 127, 4096, 4096)
+
+
+def test_fma_map_fewest_load_cycles_per_useful_output():
+    from fuseplanner.kernels.lbl import _fma_map, pw_variant
+
+    # 64 filters x 28 pixels (4x7), 256 threads: 7 outputs per thread.
+    #   A_THR 64: 4 threads along pixels, RP 7, RF 1, 8 filter rows per warp (one wavefront):
+    #             max(1 + 7, 7 / 4) = 8 cycles / 7 outputs = 1.143 per output
+    #   A_THR 32: 8 along pixels, RP 4 (32 slots, 4 idle), RF 2, 4 rows: max(2 + 4, 8 / 4) = 6 cycles
+    #             / 8 slots x 32 / 28 = 0.857
+    #   A_THR 16: 16 along pixels, RP 2 (32 slots, 4 idle), RF 4, 2 rows: max(4 + 2, 8 / 4) = 6 / 8 x 32 / 28
+    #             = 0.857, the same; equal idle slots, so the one with more threads along pixels wins
+    assert _fma_map(64, 28, 256) == 16
+    # 64 x 64 over 256 threads: 16 outputs per thread; A_THR 16 (RF 4, RP 4, 2 rows): max(4 + 4, 16 / 4) = 8
+    # / 16 = 0.5; A_THR 8 (RF 8, RP 2, 1 row): max(8 + 2, 4) / 16 = 0.625; A_THR 32 (RF 2, RP 8, 4 rows): 0.625
+    assert _fma_map(64, 64, 256) == 16
+    # 3 filters x 5 pixels over 64 threads: A_THR must divide both 3 and 64, so only A_THR 1 (64 threads
+    # along 5 pixels: 59 of 64 slots idle) is left and rejected: no split, the kernel runs FLAT
+    assert _fma_map(3, 5, 64) is None
+    assert pw_variant(Tile(1, 5, 3, 1, 64), "fp32", "fp32") == {"USE_TC": 0, "FLAT": 1}
+    # every split covers the tile and idles at most a quarter of its slots
+    for tf, p, threads in [(64, 28, 128), (128, 49, 256), (16, 112, 128), (32, 196, 256), (128, 14, 256)]:
+        a = _fma_map(tf, p, threads)
+        b = threads // a
+        rp = -(-p // b)
+        assert tf % a == 0 and b * rp >= p and b * rp - p <= b * rp / 4

@@ -35,6 +35,7 @@ from ._common import (
     linear_dims,
     null_ptr,
     output_array,
+    tf32_rounded,
     weight_as,
 )
 from .lbl import Launch
@@ -198,10 +199,8 @@ def pack_pw_weights(cp, w, tf: int, dtype: str, precision: str):
     packed[:, :, :tf] = full.reshape(tiles_f, tf, c).transpose(0, 2, 1)
     if dtype == "fp16":
         return cp.ascontiguousarray(packed.astype(cp.float16))
-    if precision == "tf32":  # round to nearest (ties away), as cvt.rna.tf32.f32 does
-        bits = packed.view(cp.uint32)
-        bits = (bits + cp.uint32(0x1000)) & cp.uint32(0xFFFFE000)
-        packed = bits.view(cp.float32)
+    if precision == "tf32":
+        packed = tf32_rounded(cp, packed)
     return cp.ascontiguousarray(packed)
 
 

@@ -28,6 +28,7 @@ from ._common import (
     linear_dims,
     null_ptr,
     output_array,
+    tf32_rounded,
     weight_as,
 )
 
@@ -133,15 +134,34 @@ def _mma_grid(tf: int, p: int, warps: int) -> tuple[int, int, int, int] | None:
     return best[1]
 
 
+#: Share of a block's pixel slots the exact-fp32 register blocks may leave past the tile (kernels/pw.cu
+#: USE_TC 0, when the threads along pixels do not divide the tile's pixels).
+FMA_MAX_IDLE = 0.25
+
+
+def _fma_cycles(rf: int, rp: int, b: int) -> float:
+    """Shared-memory cycles per useful output and channel of an RF x RP register block with `b` threads
+    along pixels: a warp's loads of one channel are rf filter words (8 distinct rows per wavefront, the
+    rows padded 4 words apart) and rp pixel words, against rf * rp FMAs at 4 warp instructions per
+    load cycle; slots past the tile are not useful."""
+    rows = max(1, 32 // b)
+    cycles = max(rf * math.ceil(rows / 8) + rp, rf * rp / 4)
+    return cycles / (rf * rp)
+
+
 def _fma_map(tf: int, p: int, threads: int) -> int | None:
-    """Threads along filters (A_THR) for a RF x RP register block, or None when no split fits."""
+    """Threads along filters (A_THR) of the exact-fp32 register block: of the splits with A_THR | tf
+    and at most FMA_MAX_IDLE of the pixel slots past the tile, the fewest load cycles per useful
+    output (`_fma_cycles`); ties go to fewer idle slots, then more threads along pixels. None when no
+    split qualifies (the kernel then runs FLAT)."""
     best = None
     for a in (d for d in range(1, threads + 1) if threads % d == 0 and tf % d == 0):
         b = threads // a
-        if p % b:
+        rp = math.ceil(p / b)
+        idle = b * rp - p
+        if idle > FMA_MAX_IDLE * b * rp:
             continue
-        rf, rp = tf // a, p // b
-        score = (b < min(32, p), rf + rp, -b)
+        score = (round(_fma_cycles(tf // a, rp, b) * b * rp / p, 9), idle, -b)
         if best is None or score < best[0]:
             best = (score, a)
     return None if best is None else best[1]
@@ -195,6 +215,9 @@ def prepare_pw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp32",
     c_out = op.c_out
     wt, b = params[0]
     wt = weight_as(cp, wt, (c_out, c_in), dtype, f"{op.name} weight")
+    variant = pw_variant(tile, dtype, precision)
+    if variant["USE_TC"] == 1:  # the TF32 path feeds the weights' bits to the tensor cores as they are
+        wt = tf32_rounded(cp, wt)
     b = bias_as(cp, b, c_out, f"{op.name} bias")
     out = output_array(cp, out, oshape, dtype)
     if residual is not None:
@@ -219,7 +242,7 @@ def prepare_pw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp32",
     defines = {
         **dtype_defines(dtype),
         **epilogue_defines(op, b is not None, residual is not None),
-        **pw_variant(tile, dtype, precision),
+        **variant,
         "TH": th, "TW": tw, "TF": tf, "TC": tc, "THREADS": threads, "SH": sh, "SW": sw, "CL": int(cl),
         "XU": xu, "WU": wu, "STAGES": stages, "KS": split,
     }
