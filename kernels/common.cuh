@@ -172,9 +172,10 @@ __device__ __forceinline__ unsigned f2tf32(float f) {
 __device__ __forceinline__ unsigned pack_h2(half_t lo, half_t hi) {
     return (unsigned)lo | ((unsigned)hi << 16);
 }
-// ldmatrix (non-transposed) of 8x8 b16 matrices, one 16-byte row address per lane: lane l receives the
-// 4-byte word (row l / 4, word l % 4) of each matrix. On 4-byte data (fp32/TF32) a matrix is 8 rows x 4
-// words, i.e. exactly a TF32 fragment quarter: rows g, words t.
+// ldmatrix of 8x8 b16 matrices, one 16-byte row address per lane (lanes 0-7 the first matrix, 8-15 the
+// second, ...). Non-transposed, lane l receives the 4-byte word (row l / 4, word l % 4) of each matrix:
+// on 4-byte data (fp32/TF32) a matrix is 8 rows x 4 words, exactly a TF32 fragment quarter (rows g,
+// words t). The _t forms transpose 16-bit elements (fp16 operands stored k-major).
 __device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const void* p) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -183,6 +184,15 @@ __device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const void* p) {
 __device__ __forceinline__ void ldsm_x2(unsigned (&r)[2], const void* p) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(s));
+}
+__device__ __forceinline__ void ldsm_x4_t(unsigned (&r)[4], const void* p) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+__device__ __forceinline__ void ldsm_x2_t(unsigned (&r)[2], const void* p) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(s));
 }
 __device__ __forceinline__ void mma_tf32(float* d, const unsigned* a, const unsigned* b) {
     asm volatile(

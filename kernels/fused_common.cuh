@@ -101,19 +101,6 @@ __device__ __forceinline__ void lds_vec(float (&d)[R], const half_t* p) {
     for (int i = 0; i < R; ++i) d[i] = h2f(p[i]);
 }
 
-#if PREC == 2
-__device__ __forceinline__ void ldsm_x4_t(unsigned (&r)[4], const void* p) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
-}
-__device__ __forceinline__ void ldsm_x2_t(unsigned (&r)[2], const void* p) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
-                 : "=r"(r[0]), "=r"(r[1]) : "r"(s));
-}
-#endif
-
 // ---- one group's accumulator tile ------------------------------------------------------------------
 #if PREC == 0
 template <int GM, int GN>
