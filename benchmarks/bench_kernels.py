@@ -213,11 +213,11 @@ def main() -> int:
             for dtype, precision in MODES:
                 if kind == "dw" and precision == "tf32":
                     continue
-                if ("fp16" if dtype == "fp16" else precision) not in args.modes.split(","):
+                mode = "fp16" if dtype == "fp16" else precision
+                if mode not in args.modes.split(","):
                     continue
                 r = bench_layer(kind, op, dtype, precision, gpu, args, rng)
                 rows.append(r)
-                mode = "fp16" if dtype == "fp16" else precision
                 write(out, rows, bw, t0)
                 print(f"{op.name:>22} b{batch} {mode:4} {r['tile']:>18} ours {r['ours_cold_us']:7.2f} "
                       f"torch {r['torch_cold_us']:7.2f} ratio {r['ratio_cold']:.2f} warm {r['ratio_warm']:.2f} "

@@ -1,6 +1,6 @@
 """Median predicted/measured time of validation records by batch, kernel kind and threads per block.
 
-    python3 scripts/bias_by_threads.py docs/validation/live-2026-11-23b/*/runs/*/results.json
+    python3 scripts/bias_by_threads.py docs/validation/live-2026-11-23b/b[18]/runs/*/results.json
 
 Uses the predictions stored in the records (the spec they were validated with) and the cold measured
 times; single-launch records only.
@@ -9,11 +9,15 @@ times; single-launch records only.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fuseplanner import report  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -22,7 +26,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     logs: dict[tuple, list[float]] = defaultdict(list)
     for path in args.results:
-        data = json.loads(Path(path).read_text())
+        data = report.load_results(path)
         batch = data["meta"]["batch"]
         for rec in data["records"]:
             meas = (rec.get("measured") or {}).get("time_cold_s")

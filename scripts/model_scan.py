@@ -9,7 +9,7 @@ re-predict TRAIN and TEST and print fuse decisions agreeing and the median time 
 
     python3 scripts/model_scan.py --exponent 0.908,0.8,0.7,0.6,0.5 \\
         --train 'docs/validation/coresident-2026-11-23/*/*/results.json' \\
-        --test 'docs/validation/live-2026-11-23b/*/runs/*/results.json'
+        --test 'docs/validation/live-2026-11-23b/b[18]/runs/*/results.json'
     python3 scripts/model_scan.py --sm-cap 0,4,8 --fit fused_pw_warp_flops_per_cycle_fp32,\\
 fused_pw_warp_flops_per_cycle_fp16,fused_block_warp_exponent,coresident_exponent --train ... --test ...
 """
@@ -29,31 +29,23 @@ import fuseplanner.cost.model as cost_model  # noqa: E402
 import fuseplanner.cost.time as cost_time  # noqa: E402
 from fuseplanner import fit, report, specs  # noqa: E402
 
-CAP = [0.0]
-_kernel_time = cost_time.kernel_time
+CAP = [0.0]    # the SM issue cap in warps (0: none)
+WARPS = [0.0]  # the current launch's warps ** exponent while the cap applies to it, else 0
+_kernel_time, _wave = cost_time.kernel_time, cost_time._wave
 
 
 def capped_time(w, dram_bytes, bps, threads, hw, mma, rates, depth=1, sms=0):
-    """`cost.time.kernel_time` with the SM issue cap of CAP[0] warps on fused launches."""
-    if not CAP[0] or not w.mma_issue:
-        return _kernel_time(w, dram_bytes, bps, threads, hw, mma, rates, depth, sms)
-    sms = sms or hw.sm_count
-    full, rest = divmod(w.blocks, sms * bps)
-    nb = float(w.blocks)
-    mem_blk = max(((w.req_read or w.gma_read) + w.gma_write) / hw.l2_bw, dram_bytes / hw.dram_bw) / nb
-    own1 = ((w.cuda_issue or w.cuda_flops) / rates[0] + (w.mma_issue or w.mma_flops) / rates[1]) / nb
-    c_blk = max((w.cuda_flops / hw.fp32 + w.mma_flops / mma) * sms / nb, own1 / CAP[0])
-    warps = (-(-threads // hw.warp_size)) ** rates[2]
-    t_own, t_ld = own1 / warps, (w.ld_read or w.gma_read) / (nb * warps * rates[3])
-    lat = hw.latency
-    t_lat = w.iters * lat / depth
-    t = hw.launch
-    if full:
-        t += full * cost_time._wave(bps, sms, c_blk, mem_blk, t_own, t_ld, t_lat, lat, hw.coresident_exp)
-    if rest:
-        t += cost_time._wave(-(-rest // sms), min(rest, sms), c_blk, mem_blk, t_own, t_ld, t_lat, lat,
-                             hw.coresident_exp)
-    return t
+    """`cost.time.kernel_time`, its waves capped (`capped_wave`) for fused launches (those with mma issue)."""
+    WARPS[0] = (-(-threads // hw.warp_size)) ** rates[2] if CAP[0] and w.mma_issue else 0.0
+    return _kernel_time(w, dram_bytes, bps, threads, hw, mma, rates, depth, sms)
+
+
+def capped_wave(per_sm, active, c_blk, mem_blk, t_own, t_ld, t_lat, lat, share):
+    """`cost.time._wave` whose SM-compute floor is at least each block's issued work at CAP[0] warps'
+    rates (t_own x warps ** exponent is the block's work at one warp's rate)."""
+    if WARPS[0]:
+        c_blk = max(c_blk, t_own * WARPS[0] / CAP[0])
+    return _wave(per_sm, active, c_blk, mem_blk, t_own, t_ld, t_lat, lat, share)
 
 
 def score(spec, paths: list[str]) -> dict[str, str]:
@@ -82,6 +74,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     train, test = sorted(glob.glob(args.train)), sorted(glob.glob(args.test))
     cost_model.kernel_time = cost_pkg.kernel_time = capped_time
+    cost_time._wave = capped_wave  # kernel_time looks it up in its module
     base = specs.gpu("h100")
     samples = fit.load_samples(train)
     runs = [("exponent", float(v)) for v in args.exponent.split(",") if v]

@@ -139,14 +139,14 @@ def _mma_grid(tf: int, p: int, warps: int) -> tuple[int, int, int, int] | None:
 FMA_MAX_IDLE = 0.25
 
 
-def _fma_cycles(rf: int, rp: int, b: int) -> float:
+def _fma_cycles(rf: int, rp: int, b: int, p: int) -> float:
     """Shared-memory cycles per useful output and channel of an RF x RP register block with `b` threads
-    along pixels: a warp's loads of one channel are rf filter words (8 distinct rows per wavefront, the
-    rows padded 4 words apart) and rp pixel words, against rf * rp FMAs at 4 warp instructions per
-    load cycle; slots past the tile are not useful."""
+    along the tile's `p` pixels: a warp's loads of one channel are rf filter words (8 distinct rows per
+    wavefront, the rows padded 4 words apart) and rp pixel words, against rf * rp FMAs at 4 warp
+    instructions per load cycle; a thread's useful outputs are rf * p / b (slots past the tile are not)."""
     rows = max(1, 32 // b)
     cycles = max(rf * math.ceil(rows / 8) + rp, rf * rp / 4)
-    return cycles / (rf * rp)
+    return cycles * b / (rf * p)
 
 
 def _fma_map(tf: int, p: int, threads: int) -> int | None:
@@ -161,7 +161,7 @@ def _fma_map(tf: int, p: int, threads: int) -> int | None:
         idle = b * rp - p
         if idle > FMA_MAX_IDLE * b * rp:
             continue
-        score = (round(_fma_cycles(tf // a, rp, b) * b * rp / p, 9), idle, -b)
+        score = (round(_fma_cycles(tf // a, rp, b, p), 9), idle, -b)
         if best is None or score < best[0]:
             best = (score, a)
     return None if best is None else best[1]
