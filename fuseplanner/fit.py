@@ -52,6 +52,8 @@ EXPONENT_FIELDS = ("block_warp_exponent", "fused_block_warp_exponent")
 EXPONENT_STARTS = (0.35, 0.9)
 LOAD_FIELD = "warp_load_bytes_per_cycle"
 CORESIDENT_FIELD = "coresident_exponent"
+SM_CAP_FIELD = "fused_sm_issue_warps"
+SM_CAP_START = 8.0  # warps: where the fit starts when the spec has no cap (0)
 THRESHOLD_FIELD = "fuse_min_speedup"
 FRACTIONS = tuple(round(0.05 * i, 2) for i in range(1, 31))
 
@@ -142,9 +144,11 @@ def load_samples(paths: Iterable[str | Path], model: str | None = None) -> list[
 
 def repredict(data: dict, spec: Any, model: str | None = None) -> dict:
     """A copy of a validation results document whose `ours` predictions are recomputed with the
-    current cost model and `spec`, and whose fuse decisions are re-derived from them: a group counts
-    as fused when its predicted unfused/fused time at the planned tile reaches `fuse_min_speedup`
-    (the planner itself might now pick another tile; the measurements are unchanged)."""
+    current cost model and `spec`, and whose plan is re-derived from them as the planner would choose
+    among the measured tiles: each group's planned tile becomes its fused record of least predicted
+    time, and the group counts as fused when its predicted unfused/fused time at that tile reaches
+    `fuse_min_speedup` (the planner itself might pick an unmeasured tile; the measurements are
+    unchanged)."""
     out = copy.deepcopy(data)
     meta = out["meta"]
     batch = int(meta["batch"])
@@ -157,9 +161,12 @@ def repredict(data: dict, spec: Any, model: str | None = None) -> dict:
                 d.pop("kernels", None)
                 rec.setdefault("predicted", {})["ours"] = d
         (rec.get("predicted") or {}).pop("ours_uncalibrated", None)
-    planned = planned_times(out["records"])
+    planned = replan(out["records"])
     tau = float(spec.eff(THRESHOLD_FIELD))
     for g, info in out.get("groups", {}).items():
+        chosen = [r for r in out["records"] if r.get("group") == g and r.get("planned") and r["role"] != "unfused"]
+        if chosen and len(chosen[0].get("tiles") or ()) == 1:
+            info["planned_tile"] = chosen[0]["tiles"][0]
         if (g, "group") in planned and (g, "unfused") in planned:
             info["planner_fused"] = planned[(g, "unfused")] >= tau * planned[(g, "group")]
     meta["models"] = [m for m in meta.get("models", ["ours", "paper"]) if m != "ours_uncalibrated"]
@@ -169,14 +176,31 @@ def repredict(data: dict, spec: Any, model: str | None = None) -> dict:
     return out
 
 
+def replan(records: Iterable[dict]) -> dict[tuple[str, str], float]:
+    """Move each group's `planned` mark to its fused record (role "group" or "tile") of least `ours`
+    predicted time, in place, and return `planned_times` of the result."""
+    records = list(records)
+    best: dict[str, dict] = {}
+    for rec in records:
+        ours = (rec.get("predicted") or {}).get("ours")
+        if rec.get("group") and rec["role"] in ("group", "tile") and ours and ours.get("feasible", True):
+            b = best.get(rec["group"])
+            if b is None or ours["time_s"] < b["predicted"]["ours"]["time_s"]:
+                best[rec["group"]] = rec
+    for rec in records:
+        if rec.get("group") in best and rec["role"] in ("group", "tile"):
+            rec["planned"] = rec is best[rec["group"]]
+    return planned_times(records)
+
+
 def planned_times(records: Iterable[dict]) -> dict[tuple[str, str], float]:
     """`ours` predicted time of each group's planned-tile record and of its unfused run, keyed
     (group, "group" | "unfused"): what a fuse decision compares."""
     out: dict[tuple[str, str], float] = {}
     for rec in records:
         ours = (rec.get("predicted") or {}).get("ours")
-        if rec.get("group") and rec["role"] in ("group", "unfused") and ours:
-            out.setdefault((rec["group"], rec["role"]), ours["time_s"])
+        if rec.get("group") and ours and (rec["role"] == "unfused" or rec.get("planned")):
+            out.setdefault((rec["group"], "unfused" if rec["role"] == "unfused" else "group"), ours["time_s"])
     return out
 
 
@@ -306,7 +330,7 @@ def _fit_threshold(ratios: Sequence[tuple[float, bool]]) -> float | None:
 
 #: Every field `fit_spec` can fit (`only` must name a subset).
 FITTABLE = (*RATE_FIELDS.values(), *L2_FRACTION_FIELDS.values(), *EXPONENT_FIELDS, LOAD_FIELD, CORESIDENT_FIELD,
-            THRESHOLD_FIELD)
+            SM_CAP_FIELD, THRESHOLD_FIELD)
 
 
 def fit_spec(spec: Any, samples: Sequence[Sample], max_iter: int = 400, only: Sequence[str] | None = None) -> Fit:
@@ -323,8 +347,9 @@ def fit_spec(spec: Any, samples: Sequence[Sample], max_iter: int = 400, only: Se
     keep = (lambda n: True) if only is None else (lambda n: n in only)
     values: dict[str, float] = {k: v for k, v in _fit_fractions(spec, samples).items() if keep(k)}
     names = [n for n in _rate_fields(samples) if keep(n)]
-    if only is not None and CORESIDENT_FIELD in only:  # fitted only on request: it moves every prediction
-        names.append(CORESIDENT_FIELD)
+    for name in (CORESIDENT_FIELD, SM_CAP_FIELD):  # fitted only on request: they move every prediction
+        if only is not None and name in only:
+            names.append(name)
     if not names and not values and not keep(THRESHOLD_FIELD):
         raise FusePlannerError(f"these records inform none of {', '.join(only or ())}")
     start = apply_measured(spec, values)
@@ -332,6 +357,7 @@ def fit_spec(spec: Any, samples: Sequence[Sample], max_iter: int = 400, only: Se
     best = None
     for exponent in (None, *EXPONENT_STARTS) if names else ():  # the loss is flat along the exponents
         x0 = np.log([exponent if (exponent and n in EXPONENT_FIELDS)
+                     else (float(start.eff(n)) or SM_CAP_START) if n == SM_CAP_FIELD
                      else max(float(start.eff(n)), 0.05) for n in names])  # fmt: skip
         res = minimize(loss, x0, method="Nelder-Mead", options={"maxiter": max_iter, "xatol": 1e-3, "fatol": 1e-5})
         if best is None or res.fun < best.fun:

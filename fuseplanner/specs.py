@@ -46,6 +46,7 @@ MEASURABLE = (
     "fused_block_warp_exponent",
     "warp_load_bytes_per_cycle",
     "coresident_exponent",
+    "fused_sm_issue_warps",
     "fuse_min_speedup",
 )
 
@@ -58,23 +59,28 @@ MEASURABLE = (
 #: per clock and per warp they are the best first guess on another GPU; calibrate there to replace them.
 #: The TF32 rates (layer-by-layer and fused) were fitted on one live TF32 run only (MobileNetV2 sweep,
 #: batch 1, docs/validation/live-2026-11-23b/tf32; `calibrate --fit` of just these two fields): not yet
-#: checked out of sample.
+#: checked out of sample. The fused kernels' fp32/fp16 rates and warp exponent, the exact-fp32
+#: layer-by-layer PW rate, the co-residency exponent and the fused SM issue cap (set to 10 warps by a
+#: scan, the rest fitted with it) come from the H100 records of the fused kernels in use since the
+#: eleventh session, batch 1 and 8 together (docs/validation/smcap-2026-11-23/h100_fit.toml;
+#: docs/validation.md, thirteenth session).
 KERNEL_RATE_DEFAULTS: dict[str, float] = {
     "dw_warp_flops_per_cycle_fp32": 1.085,
     "dw_warp_flops_per_cycle_fp16": 1.146,
-    "pw_warp_flops_per_cycle_fp32": 2.298,
+    "pw_warp_flops_per_cycle_fp32": 2.384,
     "pw_warp_flops_per_cycle_tf32": 2.854,
     "pw_warp_flops_per_cycle_fp16": 4.137,
-    "fused_pw_warp_flops_per_cycle_fp32": 7.99,
+    "fused_pw_warp_flops_per_cycle_fp32": 7.31,
     "fused_pw_warp_flops_per_cycle_tf32": 50.612,
-    "fused_pw_warp_flops_per_cycle_fp16": 82.58,
+    "fused_pw_warp_flops_per_cycle_fp16": 62.579,
     "fused_weight_l2_fraction": 0.8,
     "fused_weight_l2_fraction_fp16": 1.4,
     "fused_weight_load_fraction": 0.7,
     "block_warp_exponent": 1.0,
-    "fused_block_warp_exponent": 0.908,
+    "fused_block_warp_exponent": 0.909,
     "warp_load_bytes_per_cycle": 3.568,
-    "coresident_exponent": 0.2,
+    "coresident_exponent": 0.18,
+    "fused_sm_issue_warps": 10.0,
 }
 
 
@@ -112,6 +118,7 @@ class Hw(NamedTuple):
     warp_exp: tuple[float, float]  # a block of w warps computes at w ** exp times one warp's rate: LBL, fused
     cluster_sms: int  # SMs whose blocks clusters of CLUSTER_PLACED_MIN or more blocks can use
     coresident_exp: float  # a block's serial chain is slowed by (blocks resident on its SM) ** this
+    fused_sm_warps: float  # an SM issues its resident fused blocks' work at most at this many warps' rate (0: no cap)
 
 
 class GpuSpec(BaseModel):
@@ -206,6 +213,11 @@ class GpuSpec(BaseModel):
         description="a block's serial chain (loads, waits, own compute) takes (resident blocks per SM) ** this "
         "times as long as alone: co-resident blocks share the SM's issue slots and shared-memory bandwidth "
         "(0: no slowdown)")
+    fused_sm_issue_warps: float = Field(
+        default=KERNEL_RATE_DEFAULTS["fused_sm_issue_warps"], ge=0,
+        description="an SM runs the issued work of its resident fused-kernel blocks at most at this many "
+        "warps' rate (the fused warp rates x this): however many blocks share it, the SM's shared-memory "
+        "and issue bandwidth is one (0: no cap)")
     cluster_sms: int | None = Field(
         default=None, gt=0,
         description="SMs that thread-block clusters of 4 or more blocks can use: the scheduler places a "
@@ -264,6 +276,7 @@ class GpuSpec(BaseModel):
             (float(e("block_warp_exponent")), float(e("fused_block_warp_exponent"))),
             self.cluster_sms or self.sm_count,
             float(e("coresident_exponent")),
+            float(e("fused_sm_issue_warps")),
         )  # fmt: skip
 
     def summary(self) -> dict[str, Any]:

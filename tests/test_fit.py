@@ -136,3 +136,34 @@ def test_calibrate_from_results_bad_file_is_one_error_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "results.json" in err[0]
     assert not (tmp_path / "x.toml").exists()
+
+
+def test_fit_sm_issue_cap_only_on_request(samples):
+    spec = gpu(str(SPEC))
+    result = fit.fit_spec(spec, samples, max_iter=20, only=["fused_sm_issue_warps"])
+    assert set(result.values) == {"fused_sm_issue_warps"} and result.values["fused_sm_issue_warps"] > 0
+    unasked = fit.fit_spec(spec, samples, max_iter=5, only=["fused_pw_warp_flops_per_cycle_fp32"])
+    assert "fused_sm_issue_warps" not in unasked.values
+
+
+def _doc(pred_planned: float, pred_alt: float, pred_unfused: float) -> dict:
+    def rec(role, planned, t_pred, t_meas, tile):
+        return {"id": f"{role}{tile}", "role": role, "group": "g0", "planned": planned, "tiles": [{"th": tile}],
+                "predicted": {"ours": {"time_s": t_pred, "feasible": True}},
+                "measured": {"time_cold_s": t_meas}, "check": {"ok": True}, "error": None}
+    return {"meta": {}, "groups": {"g0": {"planner_fused": True, "planned_tile": {"th": 1}}},
+            "records": [rec("group", True, pred_planned, 9e-6, 1), rec("tile", False, pred_alt, 6e-6, 2),
+                        rec("unfused", False, pred_unfused, 8e-6, 0)]}
+
+
+def test_replan_moves_the_planned_mark_to_the_least_predicted_tile():
+    # predictions 10 us (the old plan's tile), 7 us (a swept tile), unfused 8 us: the planner would now
+    # take the swept tile, and 8 / 7 = 1.14 is a fuse at 1.1 but not at 1.2
+    doc = _doc(10e-6, 7e-6, 8e-6)
+    times = fit.replan(doc["records"])
+    assert [r["planned"] for r in doc["records"][:2]] == [False, True]
+    assert times == {("g0", "group"): 7e-6, ("g0", "unfused"): 8e-6}
+    # when the old plan's tile stays the least predicted, nothing moves
+    doc = _doc(5e-6, 7e-6, 8e-6)
+    assert fit.replan(doc["records"])[("g0", "group")] == 5e-6
+    assert [r["planned"] for r in doc["records"][:2]] == [True, False]

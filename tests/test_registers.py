@@ -12,7 +12,7 @@ from opfactory import dw, pw
 from fuseplanner import registers, tiles
 from fuseplanner.cost import estimate
 from fuseplanner.cost import model as cost_model
-from fuseplanner.cost.time import blocks_per_sm, kernel_time
+from fuseplanner.cost.time import blocks_per_sm, kernel_time, warp_rates
 from fuseplanner.cost.work import Work
 from fuseplanner.ir import Tile
 from fuseplanner.specs import GpuSpec, gpu
@@ -81,7 +81,7 @@ def _work(blocks: int) -> Work:
 
 def test_cluster_launch_waves_on_the_cluster_sms():
     hw = H100.hw
-    rates = (1e10, 2e10, 0.8, 1e10)
+    rates = (1e10, 2e10, 0.8, 1e10, 0.0)
     args = (2, 256, hw, 1e14, rates, 2)
     # 256 blocks at 2 per SM: one wave on 132 SMs (264 slots), two on the 120 SMs clusters reach (240)
     one = kernel_time(_work(256), 1e6, *args)
@@ -149,3 +149,28 @@ def test_register_fit_recovers_a_linear_table():
     slope, base = fit.fit(rows)[("pw", "fp16")]
     assert slope == pytest.approx(1.5, abs=0.02)
     assert base == {64: 60, 128: 70, 256: 90}
+
+
+def test_sm_issue_cap_floors_a_wave_of_fused_blocks():
+    hw = H100.hw._replace(coresident_exp=0.0)  # the chain alone, not slowed by co-residency
+    w = _work(396)  # 132 SMs x 3 blocks: one full wave
+    # own compute of a block: (1e7 DW FLOPs / 1e10 + 1e8 PW FLOPs / 2e10) / (396 blocks x 8 warps ** 1.0)
+    #   = 6e-3 / 3168 = 1.894 us; chain = 4 iterations x latency / depth 2 + the wave's bytes at the
+    #   larger of L2 and DRAM bandwidth + own compute
+    t_own = 6e-3 / 3168
+    chain = 4 * hw.latency / 2 + max(1.1e6 / hw.l2_bw, 1e6 / hw.dram_bw) + t_own
+    uncapped = kernel_time(w, 1e6, 3, 256, hw, 1e14, (1e10, 2e10, 1.0, 1e12, 0.0), 2)
+    assert uncapped == pytest.approx(hw.launch + chain + hw.latency, rel=1e-9)
+    # a cap of 4 warps: the SM runs its 3 blocks' work (8 warps' worth each at one warp's rate) at 4
+    #   warps' rate: 3 x 1.894 us x 8 / 4 = 11.36 us, above the 3.4 us chain
+    capped = kernel_time(w, 1e6, 3, 256, hw, 1e14, (1e10, 2e10, 1.0, 1e12, 4.0), 2)
+    assert capped == pytest.approx(hw.launch + 3 * t_own * 8 / 4 + hw.latency, rel=1e-9)
+    # a cap of 16 warps (3 x 1.894 x 8 / 16 = 2.84 us) stays under the chain: no change
+    assert kernel_time(w, 1e6, 3, 256, hw, 1e14, (1e10, 2e10, 1.0, 1e12, 16.0), 2) == uncapped
+
+
+def test_sm_issue_cap_is_for_fused_kinds_only():
+    hw = H100.hw
+    assert hw.fused_sm_warps > 0
+    assert warp_rates("pw", "fp32", "fp32", hw)[4] == 0.0 and warp_rates("dw", "fp16", "fp32", hw)[4] == 0.0
+    assert warp_rates("pw_dw_pw", "fp32", "fp32", hw)[4] == hw.fused_sm_warps

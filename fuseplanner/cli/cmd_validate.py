@@ -44,8 +44,8 @@ def register(subparsers) -> None:
     p.add_argument("--from-results", metavar="RESULTS_JSON",
                    help="regenerate report.md and plots from a saved results.json (no GPU needed)")
     p.add_argument("--repredict", action="store_true",
-                   help="with --from-results: recompute our model's predictions (and fuse decisions) with the current "
-                   "cost model and --gpu (default: the spec the results name) before reporting")
+                   help="with --from-results: recompute our model's predictions with the current cost model and --gpu "
+                   "(default: the spec the results name), re-plan each group among its measured tiles, then report")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.set_defaults(func=run)
 

@@ -1,6 +1,6 @@
 """Resources, occupancy and predicted time of one kernel launch.
 
-time = launch + sum over waves of  max(chain x resident ** c, SM compute) + latency,
+time = launch + sum over waves of  max(chain x resident ** c, SM compute, SM issue cap) + latency,
 chain = iters * latency / depth + memory + own compute
 
 - launch: `launch_overhead_s`, the cost of an empty timed region (measured by `fuseplanner calibrate`:
@@ -43,6 +43,12 @@ chain = iters * latency / depth + memory + own compute
 - SM compute: an SM runs all its resident blocks' FLOPs at most at its peak rate / sm_count: CUDA-core
   FLOPs (DW) at the FP32 rate, PW/linear products at the tensor-core rate of the dtype (fp16 ->
   fp16_tc_flops, fp32 with precision="tf32" -> tf32_tc_flops, else fp32_flops).
+- SM issue cap (fused kinds): an SM runs its resident blocks' *issued* work at most at
+  `fused_sm_issue_warps` warps' rate (the fused warp rates x this), however many blocks it holds: the
+  fused kernels' inner loops are bound by the SM's shared-memory and issue bandwidth, which one block
+  of 8 warps nearly fills. On the H100 three co-resident 256-thread blocks of a PW->DW->PW tile ran
+  no faster per SM than one (docs/validation.md, thirteenth session); the co-residency term alone
+  (r ** 0.2) said 2.4x faster.
 """
 
 from __future__ import annotations
@@ -74,15 +80,16 @@ def mma_rate(dtype: str, precision: str, hw: Hw) -> float:
     return hw.tf32_tc if precision == "tf32" else hw.fp32
 
 
-def warp_rates(kind: str, dtype: str, precision: str, hw: Hw) -> tuple[float, float, float, float]:
+def warp_rates(kind: str, dtype: str, precision: str, hw: Hw) -> tuple[float, float, float, float, float]:
     """(DW stencil FLOP/s, PW product FLOP/s) one warp of this kernel kind achieves (spec
-    `*_warp_flops_per_cycle`), the exponent of the warps per block (`*block_warp_exponent`) and the
-    bytes/s one warp loads (`warp_load_bytes_per_cycle`)."""
+    `*_warp_flops_per_cycle`), the exponent of the warps per block (`*block_warp_exponent`), the
+    bytes/s one warp loads (`warp_load_bytes_per_cycle`) and the SM issue cap in warps
+    (`fused_sm_issue_warps` for the fused kinds, 0 = none for layer-by-layer ones)."""
     half = dtype == "fp16"
     mode = math_mode(dtype, precision)
     lbl = kind in ("dw", "pw", "linear")
     pw = hw.warp_pw if lbl else hw.warp_fused_pw
-    return hw.warp_dw[half], pw[mode], hw.warp_exp[0 if lbl else 1], hw.warp_load
+    return hw.warp_dw[half], pw[mode], hw.warp_exp[0 if lbl else 1], hw.warp_load, 0.0 if lbl else hw.fused_sm_warps
 
 
 def _wave(per_sm: int, active: int, c_blk: float, mem_blk: float, t_own: float, t_ld: float, t_lat: float,
@@ -97,10 +104,11 @@ def _wave(per_sm: int, active: int, c_blk: float, mem_blk: float, t_own: float, 
 
 
 def kernel_time(w: Work, dram_bytes: float, bps: int, threads: int, hw: Hw, mma: float,
-                rates: tuple[float, float, float, float], depth: int = 1, sms: int = 0) -> float:  # fmt: skip
+                rates: tuple[float, float, float, float, float], depth: int = 1, sms: int = 0) -> float:  # fmt: skip
     """Predicted seconds of one launch (see the module docstring); `mma` is the SM-peak rate of the
-    PW products, `rates` the (DW, PW) FLOP/s of one warp and the warp exponent (`warp_rates`); `sms`
-    the SMs the launch can use (0: all; `hw.cluster_sms` for a launch of large clusters)."""
+    PW products, `rates` the (DW, PW) FLOP/s of one warp, the warp exponent, the warp load rate and
+    the SM issue cap (`warp_rates`); `sms` the SMs the launch can use (0: all; `hw.cluster_sms` for a
+    launch of large clusters)."""
     sms = sms or hw.sm_count
     full, rest = divmod(w.blocks, sms * bps)
     nb = float(w.blocks)
@@ -108,6 +116,8 @@ def kernel_time(w: Work, dram_bytes: float, bps: int, threads: int, hw: Hw, mma:
     c_blk = (w.cuda_flops / hw.fp32 + w.mma_flops / mma) * sms / nb
     warps = (-(-threads // hw.warp_size)) ** rates[2]
     t_own = ((w.cuda_issue or w.cuda_flops) / rates[0] + (w.mma_issue or w.mma_flops) / rates[1]) / (nb * warps)
+    if rates[4]:  # the SM issues its blocks' work at most at `rates[4]` warps' rate: t_own x warps is one warp's
+        c_blk = max(c_blk, t_own * warps / rates[4])
     t_ld = (w.ld_read or w.gma_read) / (nb * warps * rates[3])  # one block's reads at what its warps keep in flight
     lat = hw.latency
     t_lat = w.iters * lat / depth
