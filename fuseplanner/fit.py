@@ -162,11 +162,14 @@ def repredict(data: dict, spec: Any, model: str | None = None) -> dict:
                 rec.setdefault("predicted", {})["ours"] = d
         (rec.get("predicted") or {}).pop("ours_uncalibrated", None)
     planned = replan(out["records"])
+    chosen: dict[str, dict] = {}  # each group's (first) planned fused record
+    for r in out["records"]:
+        if r.get("group") and r.get("planned") and r["role"] != "unfused":
+            chosen.setdefault(r["group"], r)
     tau = float(spec.eff(THRESHOLD_FIELD))
     for g, info in out.get("groups", {}).items():
-        chosen = [r for r in out["records"] if r.get("group") == g and r.get("planned") and r["role"] != "unfused"]
-        if chosen and len(chosen[0].get("tiles") or ()) == 1:
-            info["planned_tile"] = chosen[0]["tiles"][0]
+        if g in chosen and len(chosen[g].get("tiles") or ()) == 1:
+            info["planned_tile"] = chosen[g]["tiles"][0]
         if (g, "group") in planned and (g, "unfused") in planned:
             info["planner_fused"] = planned[(g, "unfused")] >= tau * planned[(g, "group")]
     meta["models"] = [m for m in meta.get("models", ["ours", "paper"]) if m != "ours_uncalibrated"]
