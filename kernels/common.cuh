@@ -60,6 +60,19 @@ __device__ __forceinline__ void from_f(half_t& d, float v) { d = f2h(v); }
 __device__ __forceinline__ float ldg_f(const T* p) { return to_f(__ldg(p)); }
 __device__ __forceinline__ float lds_f(const T* p) { return to_f(*p); }
 __device__ __forceinline__ void st_f(T* p, float v) { from_f(*p, v); }
+// N consecutive elements (N = 1, 2 or 4; fp32 shared memory aligned to N words) into registers
+template <int N>
+__device__ __forceinline__ void lds_run(float* d, const T* p) {
+    if constexpr (N == 4) {
+        const float4 v = *reinterpret_cast<const float4*>(p);
+        d[0] = v.x, d[1] = v.y, d[2] = v.z, d[3] = v.w;
+    } else if constexpr (N == 2) {
+        const float2 v = *reinterpret_cast<const float2*>(p);
+        d[0] = v.x, d[1] = v.y;
+    } else {
+        d[0] = lds_f(p);
+    }
+}
 // Two adjacent elements as one store (p aligned to 2 elements).
 __device__ __forceinline__ void st_pair(T* p, float a, float b) {
 #if T_HALF

@@ -13,7 +13,12 @@
 //
 // Math paths (USE_TC): 0 = exact fp32 FMA with a register block of RF filters x RP pixels per
 // thread (A_THR threads along filters, THREADS / A_THR along pixels, the last of a thread's RP pixels
-// possibly past the tile; or FLAT = 1: outputs tid + r*THREADS); 1 = TF32 mma.sync m16n8k8 (A
+// possibly past the tile; or FLAT = 1: outputs tid + r*THREADS). Its shared-memory loads (fp32 only,
+// lbl.pw_variant): KVEC = 4 reads a filter's weights 4 channels at a time (one float4 per filter per 4
+// channels); PVEC = 2 or 4 gives each thread runs of PVEC neighbouring pixels, read and (where the
+// output rows allow) stored PVEC at a time, the runs of a warp's threads side by side (slot j of thread
+// tb: pixel (j / PVEC) * B_THR * PVEC + tb * PVEC + j % PVEC; the reads of slots past the tile stay
+// inside the row's XPAD), instead of single pixels (PVEC = 1). 1 = TF32 mma.sync m16n8k8 (A
 // fragments by ldmatrix); 2 = fp16 mma.sync m16n8k16 (KSTEP 16) or m16n8k8 (KSTEP 8); fp32 accumulation. Tensor-core
 // warps form a WARPS_M x WARPS_N grid, each owning WM_T x WN_T mma tiles of 16 x 8.
 //
@@ -37,6 +42,12 @@
 #endif
 #ifndef FLAT
 #define FLAT 0
+#endif
+#ifndef KVEC
+#define KVEC 1
+#endif
+#ifndef PVEC
+#define PVEC 1
 #endif
 
 #ifndef STAGES
@@ -190,6 +201,30 @@ __device__ __forceinline__ void store_out2(T* __restrict__ out, const float* __r
     store_out(out, bias, res, n, f, y0, x0, p + 1, v1, g);
 }
 
+// Outputs (f, p .. p + N - 1) of an exact-fp32 pixel run (N = PVEC) as one N-wide store when the run
+// lies in one output row (TW % N == 0, so runs start at multiples of N) of a length that keeps it
+// aligned; element by element otherwise (at the map's right and bottom edges too).
+template <int N>
+__device__ __forceinline__ void store_outv(T* __restrict__ out, const float* __restrict__ bias,
+                                           const T* __restrict__ res, int n, int f, int y0, int x0, int p,
+                                           const float* v, const Geom& g) {
+#if !CL && !T_HALF
+    long long off;
+    const bool aligned = (reinterpret_cast<unsigned long long>(out) & (N * sizeof(T) - 1)) == 0;
+    if (TW % N == 0 && aligned && g.Wo % N == 0 && p + N - 1 < P && out_offset(n, f, y0, x0, p + N - 1, g, off)) {
+        off -= N - 1;  // the run's last output is inside the map and in the first one's row
+        float r[N];
+#pragma unroll
+        for (int e = 0; e < N; ++e) r[e] = add_residual(apply_epilogue(v[e], bias, f), res, off + e);
+        if constexpr (N == 4) *reinterpret_cast<float4*>(out + off) = make_float4(r[0], r[1], r[2], r[3]);
+        else *reinterpret_cast<float2*>(out + off) = make_float2(r[0], r[1]);
+        return;
+    }
+#endif
+#pragma unroll
+    for (int e = 0; e < N; ++e) store_out(out, bias, res, n, f, y0, x0, p + e, v[e], g);
+}
+
 // Accumulator (f, p) of this block: into its partial tile (KS > 1) or, with the epilogue, to `out`.
 #if KS > 1
 #define EMIT(f, p, v) (((f) < TF && (p) < P) ? (void)(part[(f) * PLD + (p)] = (v)) : (void)0)
@@ -235,6 +270,15 @@ pw_kernel(const T* __restrict__ x, const T* __restrict__ w, const float* __restr
     // B_THR need not divide P: the last pixels of a thread past P load pixel P - 1 and are not stored
     constexpr int RF = TF / A_THR, RP = (P + B_THR - 1) / B_THR;
     const int ta = tid / B_THR, tb = tid % B_THR;
+    static_assert(KVEC == 1 || (KVEC == 4 && !T_HALF && TC % 4 == 0), "KVEC 4: fp32 weights, 4 | TC");
+    static_assert(PVEC == 1 || (!T_HALF && !CL && RP % PVEC == 0 && XLD % PVEC == 0 && B_THR * RP <= XLD),
+                  "PVEC: fp32 NCHW, PVEC | RP and the row stride, a block's pixel slots inside the padded row");
+    // tile pixel of a thread's j-th slot (the load of slots past the tile: PVEC 1 clamps to the last pixel)
+#if PVEC > 1
+#define PIX(j) (((j) / PVEC) * (B_THR * PVEC) + tb * PVEC + (j) % PVEC)
+#else
+#define PIX(j) (P % B_THR ? min(tb + (j) * B_THR, P - 1) : tb + (j) * B_THR)
+#endif
     float acc[RF][RP];
 #pragma unroll
     for (int i = 0; i < RF; ++i)
@@ -299,17 +343,22 @@ pw_kernel(const T* __restrict__ x, const T* __restrict__ w, const float* __restr
             }
         }
 #else
-#pragma unroll 8
-        for (int k = 0; k < TC; ++k) {
-            float a[RF], b[RP];
+        constexpr int K_UNROLL = 8 / KVEC;
+#pragma unroll K_UNROLL
+        for (int k = 0; k < TC; k += KVEC) {
+            float a[RF][KVEC];
 #pragma unroll
-            for (int i = 0; i < RF; ++i) a[i] = lds_f(ws + (ta + i * A_THR) * WLD + k);
+            for (int i = 0; i < RF; ++i) lds_run<KVEC>(a[i], ws + (ta + i * A_THR) * WLD + k);
 #pragma unroll
-            for (int j = 0; j < RP; ++j) b[j] = lds_f(&XS_AT(xs, k, P % B_THR ? min(tb + j * B_THR, P - 1) : tb + j * B_THR));
+            for (int kk = 0; kk < KVEC; ++kk) {
+                float b[RP];
 #pragma unroll
-            for (int i = 0; i < RF; ++i)
+                for (int j = 0; j < RP; j += PVEC) lds_run<PVEC>(b + j, &XS_AT(xs, k + kk, PIX(j)));
 #pragma unroll
-                for (int j = 0; j < RP; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+                for (int i = 0; i < RF; ++i)
+#pragma unroll
+                    for (int j = 0; j < RP; ++j) acc[i][j] = fmaf(a[i][kk], b[j], acc[i][j]);
+            }
         }
 #endif
 #else
@@ -393,11 +442,17 @@ pw_kernel(const T* __restrict__ x, const T* __restrict__ w, const float* __restr
         EMIT(o / P, o % P, acc[r]);
     }
 #else
+#if PVEC > 1 && KS == 1
 #pragma unroll
     for (int i = 0; i < RF; ++i)
 #pragma unroll
-        for (int j = 0; j < RP; ++j)
-            EMIT(ta + i * A_THR, tb + j * B_THR, acc[i][j]);
+        for (int j = 0; j < RP; j += PVEC) store_outv<PVEC>(out, bias, res, n, f0 + ta + i * A_THR, y0, x0, PIX(j), &acc[i][j], g);
+#else
+#pragma unroll
+    for (int i = 0; i < RF; ++i)
+#pragma unroll
+        for (int j = 0; j < RP; ++j) EMIT(ta + i * A_THR, PIX(j), acc[i][j]);
+#endif
 #endif
 #else
 #pragma unroll

@@ -35,6 +35,13 @@ COMBOS = [
     # exact fp32 register block whose threads along pixels (16) do not divide the tile's 28 pixels
     ("pw.cu", "pw_kernel", {**BASE_PW, "TH": 4, "TW": 7, "XU": 1, "A_THR": 16}, True),
     ("pw.cu", "pw_kernel", {**BASE_PW, "TH": 4, "TW": 7, "XU": 1, "A_THR": 16, "KS": 4}, True),
+    # vector shared-memory reads: weights 4 channels at a time, 4 / 2 neighbouring pixels per read, or
+    # scalar pixels past a 49-pixel tile; split reduction and residual with vector reads
+    ("pw.cu", "pw_kernel", {**BASE_PW, "TH": 4, "TW": 7, "XU": 1, "A_THR": 32, "KVEC": 4, "PVEC": 4}, True),
+    ("pw.cu", "pw_kernel", {**BASE_PW, "A_THR": 8, "KVEC": 4, "PVEC": 2, "HAS_RES": 1}, True),
+    ("pw.cu", "pw_kernel", {**BASE_PW, "A_THR": 32, "KVEC": 4, "PVEC": 4}, True),  # two runs of 4 per thread
+    ("pw.cu", "pw_kernel", {**BASE_PW, "TH": 7, "TW": 7, "XU": 1, "TF": 128, "A_THR": 32, "KVEC": 4, "PVEC": 1,
+                            "KS": 4}, True),
     ("pw.cu", "pw_kernel", {**BASE_PW, "USE_TC": 2, "T_HALF": 1, "XU": 8, "WU": 8, **MMA}, True),
     ("pw.cu", "pw_kernel", {**BASE_PW, "USE_TC": 2, "T_HALF": 1, "TC": 8, "XU": 8, "WU": 8, **MMA}, True),
     ("pw.cu", "pw_kernel", {**BASE_PW, "CL": 1, "TH": 64, "TW": 1, "USE_TC": 1, **MMA, "ACT": 6}, True),
@@ -124,24 +131,48 @@ def test_fused_launch_rejects_images_past_32_bit_offsets():
 def test_fma_map_fewest_load_cycles_per_useful_output():
     from fuseplanner.kernels.lbl import _fma_map, pw_variant
 
-    # 64 filters x 28 pixels (4x7), 256 threads: 7 outputs per thread.
+    # Scalar reads (vector=False). 64 filters x 28 pixels (4x7), 256 threads: 7 outputs per thread;
+    # cycles per channel = max(wavefronts, issue / 4), per useful output x b / (rf * 28).
     #   A_THR 64: 4 threads along pixels, RP 7, RF 1, 8 filter rows per warp (one wavefront):
-    #             max(1 + 7, 7 / 4) = 8 cycles / 7 outputs = 1.143 per output
-    #   A_THR 32: 8 along pixels, RP 4 (32 slots, 4 idle), RF 2, 4 rows: max(2 + 4, 8 / 4) = 6 cycles
-    #             / 8 slots x 32 / 28 = 0.857
-    #   A_THR 16: 16 along pixels, RP 2 (32 slots, 4 idle), RF 4, 2 rows: max(4 + 2, 8 / 4) = 6 / 8 x 32 / 28
+    #             max(1 + 7, (1 + 7 + 7) / 4) = 8 cycles x 4 / 28 = 1.143
+    #   A_THR 32: 8 along pixels, RP 4 (32 slots, 4 idle), RF 2, 4 rows: max(2 + 4, (2 + 4 + 8) / 4) = 6
+    #             x 8 / 56 = 0.857
+    #   A_THR 16: 16 along pixels, RP 2 (32 slots, 4 idle), RF 4, 2 rows: max(4 + 2, 3.5) = 6 x 16 / 112
     #             = 0.857, the same; equal idle slots, so the one with more threads along pixels wins
-    assert _fma_map(64, 28, 256) == 16
-    # 64 x 64 over 256 threads: 16 outputs per thread; A_THR 16 (RF 4, RP 4, 2 rows): max(4 + 4, 16 / 4) = 8
-    # / 16 = 0.5; A_THR 8 (RF 8, RP 2, 1 row): max(8 + 2, 4) / 16 = 0.625; A_THR 32 (RF 2, RP 8, 4 rows): 0.625
-    assert _fma_map(64, 64, 256) == 16
+    assert _fma_map(64, 28, 256) == (16, 1)
+    # Vector reads, rows of 28 + 8 = 36 words: weights one float4 per filter per 4 channels.
+    #   A_THR 16: RP 2 -> PVEC 2 (32 slots <= 36): wavefronts 4 / 4 + 2 / 2 x ceil(16 x 2 / 32) = 2,
+    #             issue (1 + 1 + 8) / 4 = 2.5 -> 2.5 x 16 / 112 = 0.357
+    #   A_THR 32: RP 4 -> PVEC 4: wavefronts 2 / 4 + 1 x ceil(8 x 4 / 32) = 1.5, issue (0.5 + 1 + 8) / 4
+    #             = 2.375 -> 2.375 x 8 / 56 = 0.339, the least
+    #   A_THR 8: RP 1, PVEC 1, RF 8, one row: wavefronts 8 / 4 + 1 = 3, issue (2 + 1 + 8) / 4 = 2.75 ->
+    #             3 x 32 / 224 = 0.429
+    assert _fma_map(64, 28, 256, True, 36) == (32, 4)
+    # 64 x 64 over 256 threads, scalar: A_THR 16 (RF 4, RP 4, 2 rows): max(4 + 4, 24 / 4) = 8 x 16 / 256
+    # = 0.5; A_THR 8 (RF 8, RP 2, 1 row): max(8 + 2, 26 / 4) = 10 x 32 / 512 = 0.625; A_THR 32 (RF 2,
+    # RP 8, 4 rows): max(2 + 8, 26 / 4) = 10 x 8 / 128 = 0.625
+    assert _fma_map(64, 64, 256) == (16, 1)
     # 3 filters x 5 pixels over 64 threads: A_THR must divide both 3 and 64, so only A_THR 1 (64 threads
     # along 5 pixels: 59 of 64 slots idle) is left and rejected: no split, the kernel runs FLAT
     assert _fma_map(3, 5, 64) is None
     assert pw_variant(Tile(1, 5, 3, 1, 64), "fp32", "fp32") == {"USE_TC": 0, "FLAT": 1}
-    # every split covers the tile and idles at most a quarter of its slots
+    # fp32 reads vectors (linear: weights only, its tokens are not contiguous per channel); fp16 never.
+    # Pixel runs on 7-wide rows cannot store as vectors: only a reduction of >= 128 channels takes them.
+    runs = {"USE_TC": 0, "A_THR": 32, "KVEC": 4, "PVEC": 4}
+    assert pw_variant(Tile(4, 7, 64, 64, 256), "fp32", "fp32", "pw", 7, 320) == runs
+    # (single pixels, weights by float4: A_THR 16 = 4 / 4 + 2 x 1 = 3 wavefronts x 16 / 112 = 0.429, A_THR 8 =
+    # 8 / 4 + 1 = 3 x 32 / 224 = 0.429, equal idle slots: more threads along pixels, A_THR 8)
+    assert pw_variant(Tile(4, 7, 64, 64, 256), "fp32", "fp32", "pw", 7, 96) == {**runs, "A_THR": 8, "PVEC": 1}
+    # 4 x 8 pixels of a 56-wide map: runs of 4 store as float4 whatever the depth
+    assert pw_variant(Tile(4, 8, 64, 16, 256), "fp32", "fp32", "pw", 56, 16)["PVEC"] > 1
+    assert pw_variant(Tile(28, 1, 64, 64, 256), "fp32", "fp32", "linear", 1, 320)["PVEC"] == 1
+    assert "KVEC" not in pw_variant(Tile(4, 7, 64, 12, 256), "fp16", "fp32", "pw", 7, 320)
+    # every split covers the tile and idles at most a quarter of its slots; vector pixel reads divide
+    # a thread's pixels and stay inside the padded row
     for tf, p, threads in [(64, 28, 128), (128, 49, 256), (16, 112, 128), (32, 196, 256), (128, 14, 256)]:
-        a = _fma_map(tf, p, threads)
-        b = threads // a
-        rp = -(-p // b)
-        assert tf % a == 0 and b * rp >= p and b * rp - p <= b * rp / 4
+        for vector in (False, True):
+            a, pv = _fma_map(tf, p, threads, vector, p + 8)
+            b = threads // a
+            rp = -(-p // b)
+            assert tf % a == 0 and b * rp >= p and b * rp - p <= b * rp / 4
+            assert pv == 1 or (rp % pv == 0 and (p + 8) % pv == 0 and b * rp <= p + 8)
