@@ -46,6 +46,7 @@ RATE_FIELDS = {
     ("fused", "fp32"): "fused_pw_warp_flops_per_cycle_fp32",
     ("fused", "tf32"): "fused_pw_warp_flops_per_cycle_tf32",
     ("fused", "fp16"): "fused_pw_warp_flops_per_cycle_fp16",
+    ("fused_dw", "any"): "fused_dw_warp_flops_per_cycle",
 }
 L2_FRACTION_FIELDS = {"fp32": "fused_weight_l2_fraction", "fp16": "fused_weight_l2_fraction_fp16"}
 EXPONENT_FIELDS = ("block_warp_exponent", "fused_block_warp_exponent")
@@ -253,8 +254,10 @@ def _rate_fields(samples: Sequence[Sample]) -> list[str]:
         for st in s.steps:
             fused = st.kind not in ("dw", "pw", "linear")
             names.add(EXPONENT_FIELDS[fused])
-            if st.kind in ("dw", "pw_dw", "dw_pw", "pw_dw_pw"):
+            if st.kind == "dw":
                 names.add(RATE_FIELDS[("dw", "fp16" if s.dtype == "fp16" else "fp32")])
+            elif st.kind in ("pw_dw", "dw_pw", "pw_dw_pw"):
+                names.add(RATE_FIELDS[("fused_dw", "any")])
             family = "pw" if st.kind in ("pw", "linear") else ("fused" if st.kind != "dw" else None)
             if family:
                 names.add(RATE_FIELDS[(family, s.mode)])

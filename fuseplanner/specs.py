@@ -39,6 +39,7 @@ MEASURABLE = (
     "fused_pw_warp_flops_per_cycle_fp32",
     "fused_pw_warp_flops_per_cycle_tf32",
     "fused_pw_warp_flops_per_cycle_fp16",
+    "fused_dw_warp_flops_per_cycle",
     "fused_weight_l2_fraction",
     "fused_weight_l2_fraction_fp16",
     "fused_weight_load_fraction",
@@ -72,7 +73,8 @@ KERNEL_RATE_DEFAULTS: dict[str, float] = {
     "pw_warp_flops_per_cycle_fp16": 4.137,
     "fused_pw_warp_flops_per_cycle_fp32": 7.31,
     "fused_pw_warp_flops_per_cycle_tf32": 50.612,
-    "fused_pw_warp_flops_per_cycle_fp16": 62.579,
+    "fused_pw_warp_flops_per_cycle_fp16": 55.608,
+    "fused_dw_warp_flops_per_cycle": 2.716,
     "fused_weight_l2_fraction": 0.8,
     "fused_weight_l2_fraction_fp16": 1.4,
     "fused_weight_load_fraction": 0.7,
@@ -112,6 +114,7 @@ class Hw(NamedTuple):
     warp_dw: tuple[float, float]  # fp32, fp16 storage
     warp_pw: tuple[float, float, float]  # fp32, tf32, fp16
     warp_fused_pw: tuple[float, float, float]
+    warp_fused_dw: float  # the fused kernels' DW stencil (fp32 operands from shared memory, any storage dtype)
     fused_w_l2: tuple[float, float]  # L2 sectors per modelled sector of a fused kernel's per-block packed PW weight copies: fp32, fp16
     fused_w_load: float  # share of a fused kernel's per-block weight reads that its loads cost (time model)
     warp_load: float  # bytes/s one warp's loads bring in (Little's law: bytes in flight / latency)
@@ -178,6 +181,11 @@ class GpuSpec(BaseModel):
     fused_pw_warp_flops_per_cycle_fp16: float = Field(
         default=KERNEL_RATE_DEFAULTS["fused_pw_warp_flops_per_cycle_fp16"], gt=0,
         description="same, FP16 tensor cores")
+    fused_dw_warp_flops_per_cycle: float = Field(
+        default=KERNEL_RATE_DEFAULTS["fused_dw_warp_flops_per_cycle"], gt=0,
+        description="achieved FLOP-equivalents per warp per clock of the fused kernels' DW stencil (dw_window: "
+        "operands from shared memory, fp32 arithmetic, any storage dtype), per issued FLOP with its shared "
+        "loads counted (cost.fused._dw_issue)")
     fused_weight_l2_fraction: float = Field(
         default=KERNEL_RATE_DEFAULTS["fused_weight_l2_fraction"], gt=0, le=2,
         description="L2 read sectors per modelled sector of a fused kernel's per-block copies of its packed PW "
@@ -270,6 +278,7 @@ class GpuSpec(BaseModel):
             tuple(float(e(f"dw_warp_flops_per_cycle_{m}")) * self.clock_hz for m in ("fp32", "fp16")),
             tuple(float(e(f"pw_warp_flops_per_cycle_{m}")) * self.clock_hz for m in ("fp32", "tf32", "fp16")),
             tuple(float(e(f"fused_pw_warp_flops_per_cycle_{m}")) * self.clock_hz for m in ("fp32", "tf32", "fp16")),
+            float(e("fused_dw_warp_flops_per_cycle")) * self.clock_hz,
             (float(e("fused_weight_l2_fraction")), float(e("fused_weight_l2_fraction_fp16"))),
             float(e("fused_weight_load_fraction")),
             float(e("warp_load_bytes_per_cycle")) * self.clock_hz,

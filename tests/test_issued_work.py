@@ -22,15 +22,16 @@ def test_dw_pw_fp16_pays_padding_idle_warp_and_fragment_loads():
     #            x (1 mma + 0.5 x (1 A + 0.5 x 1 B fragment loads) = 1.75) = 14,336
     # 2 chunks (32 channels / 16) -> 28,672 (useful: 2 x 16 x 4 x 32 = 4,096, so 7x)
     # DW (dw_window): one output row a tile, so items of V = 1 row: 16 channels x 1 x 4 = 64 items on 64
-    # threads -> 1 each, 18 FLOPs (3 x 3 x 2): 1 x 64 x 18 = 1,152 per chunk, 2,304 for 2 chunks
-    assert fused.issued_per_block("dw_pw", (DW, PW), TILE, 2, 2) == (2304.0, 28672.0)
+    # threads -> 1 each; an item: 1 x 3 x 3 = 9 FMAs + 0.5 x (3 window rows x 3 + 9 taps = 18 shared
+    # loads) = 18 FMA-equivalents = 36 FLOP-equivalents: 1 x 64 x 36 = 2,304 per chunk, 4,608 for 2 chunks
+    assert fused.issued_per_block("dw_pw", (DW, PW), TILE, 2, 2) == (4608.0, 28672.0)
 
 
 def test_dw_pw_exact_fp32_splits_outputs_over_threads():
     # fma_group(16, 4, 64 threads): 1 x 1 micro-tiles, 64 groups -> one per thread, cost 1 FMA + 0.5 x
     # (1 + 1) loads = 2 per k step; k = TC = 16 (no padding for FMA): 2 x 16 x 64 x 1 x 2 = 4,096 per
     # chunk, 8,192 for 2 chunks (useful 4,096: the shared loads double it); the DW is as for fp16
-    assert fused.issued_per_block("dw_pw", (DW, PW), TILE, 4, 0) == (2304.0, 8192.0)
+    assert fused.issued_per_block("dw_pw", (DW, PW), TILE, 4, 0) == (4608.0, 8192.0)
 
 
 def test_issued_work_reaches_the_launch_time():
@@ -39,7 +40,7 @@ def test_issued_work_reaches_the_launch_time():
     km = model.context("dw_pw", (DW, PW), "fp16")
     w = km.work(TILE, 1, False)
     got = model.issued("dw_pw", (DW, PW), TILE, "fp16", "fp32", w, 1)
-    assert got.mma_issue == 28672.0 * w.blocks and got.cuda_issue == 2304.0 * w.blocks
+    assert got.mma_issue == 28672.0 * w.blocks and got.cuda_issue == 4608.0 * w.blocks
     assert got.mma_issue > w.mma_flops  # padding and idle warps cost more than the useful FLOPs
     # own compute at the issued work: the block's chain is longer than at its useful FLOPs
     hw = h100.hw
@@ -50,12 +51,33 @@ def test_issued_work_reaches_the_launch_time():
 
 def test_dw_issue_follows_the_kernels_row_items():
     # pw_dw, 8 x 8 outputs, 32 channels, 256 threads: V = 4 rows an item (8 % 4 == 0 and 32 x 2 x 8 = 512
-    # items >= 256 threads) -> 2 items a thread x 256 x 4 stencils x 18 FLOPs = 36,864 (= 32 x 64 x 18:
-    # no idle thread)
+    # items >= 256 threads). An item: 4 x 9 = 36 FMAs + 0.5 x ((4 - 1) + 3 = 6 window rows x 3 + 9 taps =
+    # 27 shared loads) = 49.5 FMA-equivalents = 99 FLOP-equivalents -> 2 items a thread x 256 x 99 = 50,688
+    # (no idle thread; the 4 rows share 6 of the 12 window rows 4 single-row items would load)
     e, d = pw(16, 32, 16, 16), dw(32, 16, 16, 3)
     assert tiles.dw_rows_per_item(32, 8, 8, 256) == 4
-    assert fused.issued_per_block("pw_dw", (e, d), Tile(8, 8, 32, 16, 256), 4, 0)[0] == 36_864.0
+    assert fused.issued_per_block("pw_dw", (e, d), Tile(8, 8, 32, 16, 256), 4, 0)[0] == 50_688.0
     # 2 x 4 outputs of 16 channels on 256 threads: 2 rows do not give every thread an item (16 x 1 x 4 = 64
-    # < 256), so V = 1: 16 x 2 x 4 = 128 items, 1 a thread x 256 threads (half idle) x 18 = 4,608
+    # < 256), so V = 1: 16 x 2 x 4 = 128 items, 1 a thread x 256 threads (half idle) x 2 x (9 FMAs + 0.5 x
+    # (9 window + 9 taps)) = 256 x 36 = 9,216
     assert tiles.dw_rows_per_item(16, 2, 4, 256) == 1
-    assert fused.issued_per_block("pw_dw", (e, d), Tile(2, 4, 16, 16, 256), 4, 0)[0] == 4_608.0
+    assert fused.issued_per_block("pw_dw", (e, d), Tile(2, 4, 16, 16, 256), 4, 0)[0] == 9_216.0
+
+
+def test_fused_kinds_run_the_stencil_at_their_own_rate():
+    # the fused kernels' DW stencil (V-row items sharing window loads, fp32 operands in shared memory for
+    # either storage dtype) has its own field; the layer-by-layer DW kernel keeps its per-dtype rate
+    spec = gpu("h100")
+    hw = spec.hw
+    fused_rate = spec.fused_dw_warp_flops_per_cycle * spec.clock_hz
+    for kind in ("pw_dw", "dw_pw", "pw_dw_pw"):
+        for dtype in ("fp32", "fp16"):
+            assert time.warp_rates(kind, dtype, "fp32", hw)[0] == fused_rate
+    assert time.warp_rates("dw", "fp16", "fp32", hw)[0] == spec.dw_warp_flops_per_cycle_fp16 * spec.clock_hz
+    assert time.warp_rates("dw", "fp32", "fp32", hw)[0] != fused_rate
+    # a faster fused stencil shortens a DW-heavy fused launch: same work, rate doubled -> less time
+    km = model.context("dw_pw", (DW, PW), "fp16")
+    w = model.issued("dw_pw", (DW, PW), TILE, "fp16", "fp32", km.work(TILE, 1, False), 1)
+    args = (0.0, 1, TILE.threads, hw, time.mma_rate("fp16", "fp32", hw))
+    rates = time.warp_rates("dw_pw", "fp16", "fp32", hw)
+    assert time.kernel_time(w, *args, (2 * rates[0], *rates[1:])) < time.kernel_time(w, *args, rates)

@@ -281,16 +281,21 @@ def issued_per_block(kind: str, ops: tuple, tile: Tile, e: int, prec: int) -> tu
     if kind == "pw_pw":
         return 0.0, pw
     dw = ops[0] if kind == "dw_pw" else ops[1]
-    stencil = 2 * dw.kernel[0] * dw.kernel[1]
     if kind == "pw_dw":  # once, after the chunk loop
-        return _dw_issue(tile.tf, tile, stencil), pw
-    return nk * _dw_issue(tile.tc, tile, stencil), pw
+        return _dw_issue(tile.tf, tile, dw), pw
+    return nk * _dw_issue(tile.tc, tile, dw), pw
 
 
-def _dw_issue(nch: int, tile: Tile, stencil: int) -> float:
-    """FLOPs a block's busiest thread issues on the DW stencil of `nch` channels (kernels/
-    fused_common.cuh dw_window), times the threads: items of V output rows (`tiles.dw_rows_per_item`),
-    ceil(items / threads) per thread, each V stencils."""
+def _dw_issue(nch: int, tile: Tile, dw) -> float:
+    """FLOP-equivalents a block's busiest thread issues on the DW stencil of `nch` channels (kernels/
+    common.cuh dw_rows via fused_common.cuh dw_window), times the threads: items of V output rows
+    (`tiles.dw_rows_per_item`), ceil(items / threads) per thread; an item runs V x kh x kw FMAs and
+    loads from shared memory the ((V - 1) s + (kh - 1) d + 1) x kw window values its V outputs share
+    and its kh x kw filter taps, each load at SHARED_LOAD_WEIGHT FMAs (as `_gemm_issue` counts a
+    GEMM's operand loads)."""
+    kh, kw = dw.kernel
     v = tiles.dw_rows_per_item(nch, tile.th, tile.tw, tile.threads)
     items = nch * (tile.th // v) * tile.tw
-    return float(-(-items // tile.threads) * tile.threads * v * stencil)
+    rows = (v - 1) * dw.stride[0] + (kh - 1) * dw.dilation[0] + 1
+    per_item = v * kh * kw + SHARED_LOAD_WEIGHT * (rows * kw + kh * kw)
+    return float(-(-items // tile.threads) * tile.threads * 2 * per_item)

@@ -19,7 +19,7 @@ chain = iters * latency / depth + memory + own compute
   window (a fused block with a small filter tile) is load-bound whatever the chip's bandwidth.
 - own compute: one block's FLOPs at the rate its warps actually achieve in fuseplanner's kernels,
   `*_warp_flops_per_cycle` x clock x warps ** exponent (DW stencil FLOPs at the DW rate of the
-  storage dtype, PW/linear products at the layer-by-layer or fused PW rate of the math mode; the
+  storage dtype, or the fused stencil's own rate in fused kernels, PW/linear products at the layer-by-layer or fused PW rate of the math mode; the
   exponent `block_warp_exponent` for layer-by-layer kernels, `fused_block_warp_exponent` for fused
   ones). An exponent under 1 says that doubling a block's warps does not double its rate: they share
   the SM's shared-memory bandwidth and wait at the same barriers. These rates are a few FLOPs per
@@ -89,7 +89,8 @@ def warp_rates(kind: str, dtype: str, precision: str, hw: Hw) -> tuple[float, fl
     mode = math_mode(dtype, precision)
     lbl = kind in ("dw", "pw", "linear")
     pw = hw.warp_pw if lbl else hw.warp_fused_pw
-    return hw.warp_dw[half], pw[mode], hw.warp_exp[0 if lbl else 1], hw.warp_load, 0.0 if lbl else hw.fused_sm_warps
+    dw = hw.warp_dw[half] if lbl else hw.warp_fused_dw
+    return dw, pw[mode], hw.warp_exp[0 if lbl else 1], hw.warp_load, 0.0 if lbl else hw.fused_sm_warps
 
 
 def _wave(per_sm: int, active: int, c_blk: float, mem_blk: float, t_own: float, t_ld: float, t_lat: float,
