@@ -60,19 +60,30 @@ __device__ __forceinline__ void from_f(half_t& d, float v) { d = f2h(v); }
 __device__ __forceinline__ float ldg_f(const T* p) { return to_f(__ldg(p)); }
 __device__ __forceinline__ float lds_f(const T* p) { return to_f(*p); }
 __device__ __forceinline__ void st_f(T* p, float v) { from_f(*p, v); }
-// N consecutive elements (N = 1, 2 or 4; fp32 shared memory aligned to N words) into registers
-template <int N>
-__device__ __forceinline__ void lds_run(float* d, const T* p) {
-    if constexpr (N == 4) {
-        const float4 v = *reinterpret_cast<const float4*>(p);
-        d[0] = v.x, d[1] = v.y, d[2] = v.z, d[3] = v.w;
-    } else if constexpr (N == 2) {
-        const float2 v = *reinterpret_cast<const float2*>(p);
-        d[0] = v.x, d[1] = v.y;
+// R consecutive shared-memory elements into fp32 registers (fp32: float4 / float2 reads, p aligned to
+// them; fp16: element by element)
+template <int R>
+__device__ __forceinline__ void lds_vec(float (&d)[R], const float* p) {
+    if constexpr (R % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < R; i += 4) {
+            float4 v = *reinterpret_cast<const float4*>(p + i);
+            d[i] = v.x; d[i + 1] = v.y; d[i + 2] = v.z; d[i + 3] = v.w;
+        }
+    } else if constexpr (R == 2) {
+        float2 v = *reinterpret_cast<const float2*>(p);
+        d[0] = v.x; d[1] = v.y;
     } else {
-        d[0] = lds_f(p);
+#pragma unroll
+        for (int i = 0; i < R; ++i) d[i] = p[i];
     }
 }
+template <int R>
+__device__ __forceinline__ void lds_vec(float (&d)[R], const half_t* p) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) d[i] = h2f(p[i]);
+}
+
 // Two adjacent elements as one store (p aligned to 2 elements).
 __device__ __forceinline__ void st_pair(T* p, float a, float b) {
 #if T_HALF

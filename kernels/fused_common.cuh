@@ -78,29 +78,6 @@ __device__ __forceinline__ T stage(float v) {
 #endif
 }
 
-// ---- shared-memory vector loads ------------------------------------------------------------------
-template <int R>
-__device__ __forceinline__ void lds_vec(float (&d)[R], const float* p) {
-    if constexpr (R % 4 == 0) {
-#pragma unroll
-        for (int i = 0; i < R; i += 4) {
-            float4 v = *reinterpret_cast<const float4*>(p + i);
-            d[i] = v.x; d[i + 1] = v.y; d[i + 2] = v.z; d[i + 3] = v.w;
-        }
-    } else if constexpr (R == 2) {
-        float2 v = *reinterpret_cast<const float2*>(p);
-        d[0] = v.x; d[1] = v.y;
-    } else {
-#pragma unroll
-        for (int i = 0; i < R; ++i) d[i] = p[i];
-    }
-}
-template <int R>
-__device__ __forceinline__ void lds_vec(float (&d)[R], const half_t* p) {
-#pragma unroll
-    for (int i = 0; i < R; ++i) d[i] = h2f(p[i]);
-}
-
 // ---- one group's accumulator tile ------------------------------------------------------------------
 #if PREC == 0
 template <int GM, int GN>

@@ -181,34 +181,17 @@ __device__ __forceinline__ void store_out(T* __restrict__ out, const float* __re
     if (p < P && out_offset(n, f, y0, x0, p, g, off)) st_f(out + off, add_residual(apply_epilogue(v, bias, f), res, off));
 }
 
-// Outputs (f, p) and (f, p + 1) of an mma fragment (p even) as one paired store when they are
-// neighbours in one NCHW output row with an even row length (so the pair is 2-element aligned):
-// a warp then writes 4 x 2 contiguous elements per row instead of two interleaved halves.
-__device__ __forceinline__ void store_out2(T* __restrict__ out, const float* __restrict__ bias,
-                                           const T* __restrict__ res, int n, int f, int y0, int x0, int p,
-                                           float v0, float v1, const Geom& g) {
-    long long off;
-#if !CL && TW % 2 == 0
-    const bool aligned = (reinterpret_cast<unsigned long long>(out) & (2 * sizeof(T) - 1)) == 0;
-    if (aligned && p + 1 < P && (g.Wo & 1) == 0 && out_offset(n, f, y0, x0, p + 1, g, off)) {
-        off -= 1;  // (f, p + 1) is inside the map, so (f, p) is too, one element before it
-        st_pair(out + off, add_residual(apply_epilogue(v0, bias, f), res, off),
-                add_residual(apply_epilogue(v1, bias, f), res, off + 1));
-        return;
-    }
-#endif
-    store_out(out, bias, res, n, f, y0, x0, p, v0, g);
-    store_out(out, bias, res, n, f, y0, x0, p + 1, v1, g);
-}
-
-// Outputs (f, p .. p + N - 1) of an exact-fp32 pixel run (N = PVEC) as one N-wide store when the run
-// lies in one output row (TW % N == 0, so runs start at multiples of N) of a length that keeps it
-// aligned; element by element otherwise (at the map's right and bottom edges too).
+// Outputs (f, p .. p + N - 1) as one N-wide store when they lie in one NCHW output row (TW % N == 0
+// and p a multiple of N) whose length keeps the store aligned; element by element otherwise (at the
+// map's right and bottom edges too). N = 2: the pair of an mma fragment (p even), any storage dtype: a
+// warp then writes 4 x 2 contiguous elements per row instead of two interleaved halves. N = 4 (fp32):
+// an exact-fp32 pixel run (PVEC).
 template <int N>
 __device__ __forceinline__ void store_outv(T* __restrict__ out, const float* __restrict__ bias,
                                            const T* __restrict__ res, int n, int f, int y0, int x0, int p,
                                            const float* v, const Geom& g) {
-#if !CL && !T_HALF
+    static_assert(N == 2 || (N == 4 && !T_HALF), "runs of 2 elements, or of 4 fp32 elements");
+#if !CL
     long long off;
     const bool aligned = (reinterpret_cast<unsigned long long>(out) & (N * sizeof(T) - 1)) == 0;
     if (TW % N == 0 && aligned && g.Wo % N == 0 && p + N - 1 < P && out_offset(n, f, y0, x0, p + N - 1, g, off)) {
@@ -217,12 +200,20 @@ __device__ __forceinline__ void store_outv(T* __restrict__ out, const float* __r
 #pragma unroll
         for (int e = 0; e < N; ++e) r[e] = add_residual(apply_epilogue(v[e], bias, f), res, off + e);
         if constexpr (N == 4) *reinterpret_cast<float4*>(out + off) = make_float4(r[0], r[1], r[2], r[3]);
-        else *reinterpret_cast<float2*>(out + off) = make_float2(r[0], r[1]);
+        else st_pair(out + off, r[0], r[1]);
         return;
     }
 #endif
 #pragma unroll
     for (int e = 0; e < N; ++e) store_out(out, bias, res, n, f, y0, x0, p + e, v[e], g);
+}
+
+// Outputs (f, p) and (f, p + 1) of an mma fragment row (store_outv<2>).
+__device__ __forceinline__ void store_out2(T* __restrict__ out, const float* __restrict__ bias,
+                                           const T* __restrict__ res, int n, int f, int y0, int x0, int p,
+                                           float v0, float v1, const Geom& g) {
+    const float v[2] = {v0, v1};
+    store_outv<2>(out, bias, res, n, f, y0, x0, p, v, g);
 }
 
 // Accumulator (f, p) of this block: into its partial tile (KS > 1) or, with the epilogue, to `out`.
@@ -348,16 +339,16 @@ pw_kernel(const T* __restrict__ x, const T* __restrict__ w, const float* __restr
         for (int k = 0; k < TC; k += KVEC) {
             float a[RF][KVEC];
 #pragma unroll
-            for (int i = 0; i < RF; ++i) lds_run<KVEC>(a[i], ws + (ta + i * A_THR) * WLD + k);
+            for (int i = 0; i < RF; ++i) lds_vec<KVEC>(a[i], ws + (ta + i * A_THR) * WLD + k);
 #pragma unroll
             for (int kk = 0; kk < KVEC; ++kk) {
-                float b[RP];
+                float b[RP / PVEC][PVEC];  // slot j = b[j / PVEC][j % PVEC]
 #pragma unroll
-                for (int j = 0; j < RP; j += PVEC) lds_run<PVEC>(b + j, &XS_AT(xs, k + kk, PIX(j)));
+                for (int j = 0; j < RP; j += PVEC) lds_vec<PVEC>(b[j / PVEC], &XS_AT(xs, k + kk, PIX(j)));
 #pragma unroll
                 for (int i = 0; i < RF; ++i)
 #pragma unroll
-                    for (int j = 0; j < RP; ++j) acc[i][j] = fmaf(a[i][kk], b[j], acc[i][j]);
+                    for (int j = 0; j < RP; ++j) acc[i][j] = fmaf(a[i][kk], b[j / PVEC][j % PVEC], acc[i][j]);
             }
         }
 #endif

@@ -19,8 +19,8 @@ chain = iters * latency / depth + memory + own compute
   window (a fused block with a small filter tile) is load-bound whatever the chip's bandwidth.
 - own compute: one block's FLOPs at the rate its warps actually achieve in fuseplanner's kernels,
   `*_warp_flops_per_cycle` x clock x warps ** exponent (DW stencil FLOPs at the DW rate of the
-  storage dtype, or the fused stencil's own rate in fused kernels, PW/linear products at the layer-by-layer or fused PW rate of the math mode; the
-  exponent `block_warp_exponent` for layer-by-layer kernels, `fused_block_warp_exponent` for fused
+  storage dtype, in fused kernels at the fused stencil's own rate; PW/linear products at the
+  layer-by-layer or fused PW rate of the math mode; the exponent `block_warp_exponent` for layer-by-layer kernels, `fused_block_warp_exponent` for fused
   ones). An exponent under 1 says that doubling a block's warps does not double its rate: they share
   the SM's shared-memory bandwidth and wait at the same barriers. These rates are a few FLOPs per
   warp per clock, 10-50x under the issue peak: operands come from shared memory, barriers separate

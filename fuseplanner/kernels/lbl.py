@@ -146,7 +146,7 @@ FMA_MAX_IDLE = 0.25
 PVEC_SCATTER_MIN_CIN = 128
 
 
-def _pixel_vector(rp: int, b: int, p: int, xld: int, widths: Sequence[int] = (4, 2)) -> int:
+def _pixel_vector(rp: int, b: int, xld: int, widths: Sequence[int] = (4, 2)) -> int:
     """Pixels a thread of the exact-fp32 register block reads at a time (kernels/pw.cu PVEC): the first
     of `widths` that divides its RP pixel slots and the row of `xld` words (so the reads stay aligned)
     with the block's b * rp pixel slots inside that padded row; otherwise 1 (single pixels)."""
@@ -184,7 +184,7 @@ def _fma_map(tf: int, p: int, threads: int, vector: bool = False, xld: int = 0,
         idle = b * rp - p
         if idle > FMA_MAX_IDLE * b * rp:
             continue
-        pv = _pixel_vector(rp, b, p, xld, widths) if vector else 1
+        pv = _pixel_vector(rp, b, xld, widths) if vector else 1
         score = (round(_fma_cycles(tf // a, rp, b, p, 4 if vector else 1, pv), 9), idle, -b)
         if best is None or score < best[0]:
             best = (score, (a, pv))
