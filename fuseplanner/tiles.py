@@ -569,3 +569,87 @@ def mma_group(m: int, n: int, warps: int, resident: bool) -> tuple[int, int, int
             if best is None or cost < best[0]:
                 best = (cost, (16 * mi, 8 * ni, m, n))
     return best[1]
+
+
+# ---- exact-fp32 register block of the pw/linear kernel (kernels/pw.cu USE_TC 0) ----------------------
+#: Share of a block's pixel slots the exact-fp32 register blocks may leave past the tile (kernels/pw.cu
+#: USE_TC 0, when the threads along pixels do not divide the tile's pixels).
+FMA_MAX_IDLE = 0.25
+
+#: Input channels from which an exact-fp32 tile reads pixels in runs (kernels/pw.cu PVEC) even where
+#: its output rows cannot take the runs as vector stores: those outputs are then stored element by
+#: element, 2-4 words apart across a warp (2-4x the L2 write sectors of coalesced stores), which
+#: only a deep reduction's saved shared-memory reads outweigh.
+PVEC_SCATTER_MIN_CIN = 128
+
+
+class FmaSplit(NamedTuple):
+    """How the pw kernel's exact-fp32 path spreads a tile over its threads: A_THR threads along the
+    filters (each RF = tf / A_THR of them), B = threads / A_THR along the pixels (each RP = ceil(p / B)
+    slots), weights read KVEC channels at a time, pixels in runs of PVEC; `cycles`: its issue cycles per
+    useful output and channel (`fma_cycles`)."""
+
+    a_thr: int
+    kvec: int
+    pvec: int
+    cycles: float
+
+
+def pixel_vector(rp: int, b: int, xld: int, widths: Sequence[int] = (4, 2)) -> int:
+    """Pixels a thread of the exact-fp32 register block reads at a time (kernels/pw.cu PVEC): the first
+    of `widths` that divides its RP pixel slots and the row of `xld` words (so the reads stay aligned)
+    with the block's b * rp pixel slots inside that padded row; otherwise 1 (single pixels)."""
+    for pv in widths:
+        if rp % pv == 0 and xld % pv == 0 and b * rp <= xld:
+            return pv
+    return 1
+
+
+def fma_cycles(rf: int, rp: int, b: int, p: int, kv: int = 1, pv: int = 1) -> float:
+    """Cycles per useful output and channel of an RF x RP register block with `b` threads along the
+    tile's `p` pixels, the larger of its shared-memory wavefronts and its issue slots per warp and
+    channel. A warp holds `rows` = 32 / b filter rows (padded 4 words apart: 8 per wavefront) and
+    min(32, b) pixel threads: the weights take rf * ceil(rows / 8) wavefronts per kv channels (kv = 4:
+    one float4 per filter), the pixels rp / pv loads of min(32, b) * pv words (a wavefront moves 32);
+    the SM issues 4 warp instructions (loads and FMAs alike) per cycle. A thread's useful outputs are
+    rf * p / b (slots past the tile are not). A perfect block (no loads, no idle slots) takes 1/4."""
+    rows = max(1, 32 // b)
+    wavefronts = rf * math.ceil(rows / 8) / kv + rp / pv * math.ceil(min(32, b) * pv / 32)
+    issue = (rf / kv + rp / pv + rf * rp) / 4
+    return max(wavefronts, issue) * b / (rf * p)
+
+
+def fma_map(tf: int, p: int, threads: int, vector: bool = False, xld: int = 0,
+            widths: Sequence[int] = (4, 2)) -> FmaSplit | None:  # fmt: skip
+    """The exact-fp32 register block of tf filters x p pixels over `threads`: of the splits with
+    A_THR | tf and at most FMA_MAX_IDLE of the pixel slots past the tile, the fewest cycles per useful
+    output (`fma_cycles`; with `vector`, weights read 4 channels at a time and pixels in runs of
+    `pixel_vector(..., widths)` in rows of `xld` words); ties go to fewer idle slots, then more
+    threads along pixels. None when no split qualifies (the kernel then runs FLAT)."""
+    best = None
+    for a in (d for d in range(1, threads + 1) if threads % d == 0 and tf % d == 0):
+        b = threads // a
+        rp = math.ceil(p / b)
+        idle = b * rp - p
+        if idle > FMA_MAX_IDLE * b * rp:
+            continue
+        pv = pixel_vector(rp, b, xld, widths) if vector else 1
+        kv = 4 if vector else 1
+        cyc = fma_cycles(tf // a, rp, b, p, kv, pv)
+        score = (round(cyc, 9), idle, -b)
+        if best is None or score < best[0]:
+            best = (score, FmaSplit(a, kv, pv, cyc))
+    return None if best is None else best[1]
+
+
+@lru_cache(maxsize=8192)
+def fma_split(kind: str, tile: Tile, dtype: str, wo: int = 0, c_in: int = 0) -> FmaSplit | None:
+    """The register block the pw/linear kernel's FMA path (exact fp32, or no tensor-core grid) runs
+    `tile` with, for NCHW maps `wo` pixels wide and `c_in` input channels: in fp32 (tc a multiple of
+    4) weights read 4 channels at a time and pixels in runs whose outputs store as vectors (tile and
+    map rows divisible by the run) or, from PVEC_SCATTER_MIN_CIN input channels on, element by
+    element. None: no split qualifies (FLAT). The launcher (kernels.lbl.pw_variant) reads it here."""
+    vector = dtype == "fp32" and tile.tc % 4 == 0
+    deep = c_in >= PVEC_SCATTER_MIN_CIN
+    widths = tuple(v for v in (4, 2) if kind == "pw" and (deep or (tile.tw % v == 0 and wo % v == 0)))
+    return fma_map(tile.tf, tile.th * tile.tw, tile.threads, vector, tile.th * tile.tw + PW_XPAD, widths)

@@ -54,8 +54,8 @@ __device__ __forceinline__ float act_t(float v) {
     else if constexpr (A == ACT_RELU6) return fminf(fmaxf(v, 0.f), 6.f);
     else if constexpr (A == ACT_HARDSWISH) return v * fminf(fmaxf(v + 3.f, 0.f), 6.f) * (1.f / 6.f);
     else if constexpr (A == ACT_HARDSIGMOID) return fminf(fmaxf(v * (1.f / 6.f) + 0.5f, 0.f), 1.f);
-    else if constexpr (A == ACT_SIGMOID) return 1.f / (1.f + expf(-v));
-    else if constexpr (A == ACT_SILU) return v / (1.f + expf(-v));
+    else if constexpr (A == ACT_SIGMOID) return fast_sigmoid(v);
+    else if constexpr (A == ACT_SILU) return v * fast_sigmoid(v);
     else if constexpr (A == ACT_GELU) return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
     else if constexpr (A == ACT_LEAKYRELU) return v >= 0.f ? v : LEAKY_ALPHA * v;
     else return v;

@@ -129,7 +129,8 @@ def test_fused_launch_rejects_images_past_32_bit_offsets():
 
 
 def test_fma_map_fewest_load_cycles_per_useful_output():
-    from fuseplanner.kernels.lbl import _fma_map, pw_variant
+    from fuseplanner.kernels.lbl import pw_variant
+    from fuseplanner.tiles import fma_map
 
     # Scalar reads (vector=False). 64 filters x 28 pixels (4x7), 256 threads: 7 outputs per thread;
     # cycles per channel = max(wavefronts, issue / 4), per useful output x b / (rf * 28).
@@ -139,7 +140,12 @@ def test_fma_map_fewest_load_cycles_per_useful_output():
     #             x 8 / 56 = 0.857
     #   A_THR 16: 16 along pixels, RP 2 (32 slots, 4 idle), RF 4, 2 rows: max(4 + 2, 3.5) = 6 x 16 / 112
     #             = 0.857, the same; equal idle slots, so the one with more threads along pixels wins
-    assert _fma_map(64, 28, 256) == (16, 1)
+    def split(*a):
+        s = fma_map(*a)
+        return None if s is None else (s.a_thr, s.pvec)
+
+    assert split(64, 28, 256) == (16, 1)
+    assert fma_map(64, 28, 256).cycles == pytest.approx(6 * 16 / 112)
     # Vector reads, rows of 28 + 8 = 36 words: weights one float4 per filter per 4 channels.
     #   A_THR 16: RP 2 -> PVEC 2 (32 slots <= 36): wavefronts 4 / 4 + 2 / 2 x ceil(16 x 2 / 32) = 2,
     #             issue (1 + 1 + 8) / 4 = 2.5 -> 2.5 x 16 / 112 = 0.357
@@ -147,14 +153,16 @@ def test_fma_map_fewest_load_cycles_per_useful_output():
     #             = 2.375 -> 2.375 x 8 / 56 = 0.339, the least
     #   A_THR 8: RP 1, PVEC 1, RF 8, one row: wavefronts 8 / 4 + 1 = 3, issue (2 + 1 + 8) / 4 = 2.75 ->
     #             3 x 32 / 224 = 0.429
-    assert _fma_map(64, 28, 256, True, 36) == (32, 4)
+    assert split(64, 28, 256, True, 36) == (32, 4)
+    assert fma_map(64, 28, 256, True, 36).cycles == pytest.approx(2.375 * 8 / 56)
     # 64 x 64 over 256 threads, scalar: A_THR 16 (RF 4, RP 4, 2 rows): max(4 + 4, 24 / 4) = 8 x 16 / 256
     # = 0.5; A_THR 8 (RF 8, RP 2, 1 row): max(8 + 2, 26 / 4) = 10 x 32 / 512 = 0.625; A_THR 32 (RF 2,
     # RP 8, 4 rows): max(2 + 8, 26 / 4) = 10 x 8 / 128 = 0.625
-    assert _fma_map(64, 64, 256) == (16, 1)
+    assert split(64, 64, 256) == (16, 1)
+    assert fma_map(64, 64, 256).cycles == pytest.approx(0.5)
     # 3 filters x 5 pixels over 64 threads: A_THR must divide both 3 and 64, so only A_THR 1 (64 threads
     # along 5 pixels: 59 of 64 slots idle) is left and rejected: no split, the kernel runs FLAT
-    assert _fma_map(3, 5, 64) is None
+    assert fma_map(3, 5, 64) is None
     assert pw_variant(Tile(1, 5, 3, 1, 64), "fp32", "fp32") == {"USE_TC": 0, "FLAT": 1}
     # fp32 reads vectors (linear: weights only, its tokens are not contiguous per channel); fp16 never.
     # Pixel runs on 7-wide rows cannot store as vectors: only a reduction of >= 128 channels takes them.
@@ -171,7 +179,7 @@ def test_fma_map_fewest_load_cycles_per_useful_output():
     # a thread's pixels and stay inside the padded row
     for tf, p, threads in [(64, 28, 128), (128, 49, 256), (16, 112, 128), (32, 196, 256), (128, 14, 256)]:
         for vector in (False, True):
-            a, pv = _fma_map(tf, p, threads, vector, p + 8)
+            a, pv = split(tf, p, threads, vector, p + 8)
             b = threads // a
             rp = -(-p // b)
             assert tf % a == 0 and b * rp >= p and b * rp - p <= b * rp / 4

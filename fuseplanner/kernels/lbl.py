@@ -134,82 +134,20 @@ def _mma_grid(tf: int, p: int, warps: int) -> tuple[int, int, int, int] | None:
     return best[1]
 
 
-#: Share of a block's pixel slots the exact-fp32 register blocks may leave past the tile (kernels/pw.cu
-#: USE_TC 0, when the threads along pixels do not divide the tile's pixels).
-FMA_MAX_IDLE = 0.25
-
-
-#: Input channels from which an exact-fp32 tile reads pixels in runs (kernels/pw.cu PVEC) even where
-#: its output rows cannot take the runs as vector stores: those outputs are then stored element by
-#: element, 2-4 words apart across a warp (2-4x the L2 write sectors of coalesced stores), which
-#: only a deep reduction's saved shared-memory reads outweigh.
-PVEC_SCATTER_MIN_CIN = 128
-
-
-def _pixel_vector(rp: int, b: int, xld: int, widths: Sequence[int] = (4, 2)) -> int:
-    """Pixels a thread of the exact-fp32 register block reads at a time (kernels/pw.cu PVEC): the first
-    of `widths` that divides its RP pixel slots and the row of `xld` words (so the reads stay aligned)
-    with the block's b * rp pixel slots inside that padded row; otherwise 1 (single pixels)."""
-    for pv in widths:
-        if rp % pv == 0 and xld % pv == 0 and b * rp <= xld:
-            return pv
-    return 1
-
-
-def _fma_cycles(rf: int, rp: int, b: int, p: int, kv: int = 1, pv: int = 1) -> float:
-    """Cycles per useful output and channel of an RF x RP register block with `b` threads along the
-    tile's `p` pixels, the larger of its shared-memory wavefronts and its issue slots per warp and
-    channel. A warp holds `rows` = 32 / b filter rows (padded 4 words apart: 8 per wavefront) and
-    min(32, b) pixel threads: the weights take rf * ceil(rows / 8) wavefronts per kv channels (kv = 4:
-    one float4 per filter), the pixels rp / pv loads of min(32, b) * pv words (a wavefront moves 32);
-    the SM issues 4 warp instructions (loads and FMAs alike) per cycle. A thread's useful outputs are
-    rf * p / b (slots past the tile are not)."""
-    rows = max(1, 32 // b)
-    wavefronts = rf * math.ceil(rows / 8) / kv + rp / pv * math.ceil(min(32, b) * pv / 32)
-    issue = (rf / kv + rp / pv + rf * rp) / 4
-    return max(wavefronts, issue) * b / (rf * p)
-
-
-def _fma_map(tf: int, p: int, threads: int, vector: bool = False, xld: int = 0,
-             widths: Sequence[int] = (4, 2)) -> tuple[int, int] | None:  # fmt: skip
-    """(A_THR, PVEC) of the exact-fp32 register block: of the splits with A_THR | tf and at most
-    FMA_MAX_IDLE of the pixel slots past the tile, the fewest cycles per useful output
-    (`_fma_cycles`; with `vector`, weights read 4 channels at a time and pixels in runs of
-    `_pixel_vector(..., widths)` in rows of `xld` words); ties go to fewer idle slots, then more
-    threads along pixels. None when no split qualifies (the kernel then runs FLAT)."""
-    best = None
-    for a in (d for d in range(1, threads + 1) if threads % d == 0 and tf % d == 0):
-        b = threads // a
-        rp = math.ceil(p / b)
-        idle = b * rp - p
-        if idle > FMA_MAX_IDLE * b * rp:
-            continue
-        pv = _pixel_vector(rp, b, xld, widths) if vector else 1
-        score = (round(_fma_cycles(tf // a, rp, b, p, 4 if vector else 1, pv), 9), idle, -b)
-        if best is None or score < best[0]:
-            best = (score, (a, pv))
-    return None if best is None else best[1]
-
-
 def pw_variant(tile: Tile, dtype: str, precision: str, kind: str = "pw", wo: int = 0,
                c_in: int = 0) -> dict[str, int]:  # fmt: skip
-    """Math-path defines of kernels/pw.cu for `tile`: USE_TC and its warp grid, or the FMA mapping.
-    In fp32 the FMA path reads the weights 4 channels at a time (KVEC) and, for NCHW maps `wo` pixels
-    wide, pixels in runs (PVEC) whose outputs store as vectors (tile and map rows divisible by the run)
-    or, from PVEC_SCATTER_MIN_CIN input channels (`c_in`) on, element by element."""
+    """Math-path defines of kernels/pw.cu for `tile`: USE_TC and its warp grid, or the FMA mapping
+    (`tiles.fma_split`: in fp32 weights read 4 channels at a time, KVEC, and pixels in runs, PVEC)."""
     p, tf, tc, threads = tile.th * tile.tw, tile.tf, tile.tc, tile.threads
     use_tc = math_mode(dtype, precision)
     if use_tc and tc % 8 == 0 and threads % 32 == 0:
         g = _mma_grid(tf, p, threads // 32)
         if g is not None:
             return {"USE_TC": use_tc, "WARPS_M": g[0], "WARPS_N": g[1], "WM_T": g[2], "WN_T": g[3]}
-    vector = dtype == "fp32" and tc % 4 == 0
-    deep = c_in >= PVEC_SCATTER_MIN_CIN
-    widths = [v for v in (4, 2) if kind == "pw" and (deep or (tile.tw % v == 0 and wo % v == 0))]
-    m = _fma_map(tf, p, threads, vector, p + tiles.PW_XPAD, widths)
-    if m is None:
+    s = tiles.fma_split(kind, tile, dtype, wo, c_in)
+    if s is None:
         return {"USE_TC": 0, "FLAT": 1}
-    return {"USE_TC": 0, "A_THR": m[0], **({"KVEC": 4, "PVEC": m[1]} if vector else {})}
+    return {"USE_TC": 0, "A_THR": s.a_thr, **({"KVEC": s.kvec, "PVEC": s.pvec} if s.kvec > 1 else {})}
 
 
 def _pw_shapes(op: Op, kind: str, x) -> tuple[int, int, int, int, int, int, tuple, tuple]:
