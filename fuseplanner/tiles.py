@@ -627,6 +627,7 @@ def fma_map(tf: int, p: int, threads: int, vector: bool = False, xld: int = 0,
     `pixel_vector(..., widths)` in rows of `xld` words); ties go to fewer idle slots, then more
     threads along pixels. None when no split qualifies (the kernel then runs FLAT)."""
     best = None
+    kv = 4 if vector else 1
     for a in (d for d in range(1, threads + 1) if threads % d == 0 and tf % d == 0):
         b = threads // a
         rp = math.ceil(p / b)
@@ -634,7 +635,6 @@ def fma_map(tf: int, p: int, threads: int, vector: bool = False, xld: int = 0,
         if idle > FMA_MAX_IDLE * b * rp:
             continue
         pv = pixel_vector(rp, b, xld, widths) if vector else 1
-        kv = 4 if vector else 1
         cyc = fma_cycles(tf // a, rp, b, p, kv, pv)
         score = (round(cyc, 9), idle, -b)
         if best is None or score < best[0]:

@@ -16,13 +16,17 @@ from pathlib import Path
 
 import numpy as np
 
-LBL = ("dw", "pw", "linear")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fuseplanner import report  # noqa: E402
+from fuseplanner.errors import FusePlannerError  # noqa: E402
+from fuseplanner.tiles import LBL_KINDS  # noqa: E402
 
 
 def timed(path: str) -> dict[tuple, float]:
-    """Cold event time of every measured record, keyed by what was launched."""
+    """Cold event time of every correctly measured record, keyed by what was launched."""
     out = {}
-    for r in json.loads(Path(path).read_text())["records"]:
+    for r in report.load_results(path)["records"]:
         t = (r.get("measured") or {}).get("time_cold_s")
         if t and (r.get("check") or {}).get("ok", False):
             out[(r["role"], tuple(r["nodes"]), json.dumps(r["tiles"], sort_keys=True), tuple(r["step_kinds"]))] = t
@@ -36,14 +40,19 @@ def main() -> int:
     if len(args.runs) % 2:
         print("error: give results.json files in OLD NEW pairs", file=sys.stderr)
         return 2
+    try:
+        pairs = zip(args.runs[::2], args.runs[1::2], strict=True)
+        runs = [(new_path, timed(old_path), timed(new_path)) for old_path, new_path in pairs]
+    except FusePlannerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print("| new run | matched | fused: n, new/old median (min - max) | layer-by-layer: n, new/old median (min - max) |")
     print("|---|---|---|---|")
-    for old_path, new_path in zip(args.runs[::2], args.runs[1::2], strict=True):
-        old, new = timed(old_path), timed(new_path)
+    for new_path, old, new in runs:
         common = [k for k in old if k in new]
         cells = []
         for fused in (True, False):
-            r = [new[k] / old[k] for k in common if any(s not in LBL for s in k[3]) == fused]
+            r = [new[k] / old[k] for k in common if any(s not in LBL_KINDS for s in k[3]) == fused]
             cells.append(f"{len(r)}, {np.median(r):.3f} ({min(r):.2f} - {max(r):.2f})" if r else "-")
         print(f"| {new_path} | {len(common)} of {len(new)} | {cells[0]} | {cells[1]} |")
     return 0
