@@ -7,6 +7,9 @@ it on, fp16). Shows how far the best existing tile is from the cost model's choi
 
     python3 benchmarks/pw_tile_probe.py OUTDIR --layer pw_320_1280 --batch 8 --mode fp32 [--threads 128,256]
     # -> OUTDIR/pw_tile_probe.{json,md}
+
+With `--ncu`, launches only the `--only` tiles and PyTorch's convolution once each, inside an NVTX
+range "probe" (after PyTorch's algorithm search), for `ncu --nvtx --nvtx-include "probe/"`.
 """
 
 from __future__ import annotations
@@ -28,11 +31,40 @@ import torch.nn.functional as F  # noqa: E402
 from bench_kernels import PW, TOL, make_op, rel_err  # noqa: E402
 
 from fuseplanner import kernels, planner, tiles  # noqa: E402
+from fuseplanner.ir import Tile  # noqa: E402
 from fuseplanner.kernels._common import device_spec  # noqa: E402
 from fuseplanner.measure import time_kernel  # noqa: E402
 from fuseplanner.reference import random_params, reference  # noqa: E402
 
 MODES = {"fp32": ("fp32", "fp32"), "tf32": ("fp32", "tf32"), "fp16": ("fp16", "fp32")}
+
+
+def torch_conv(op, x, w, b, dtype: str, precision: str):
+    """PyTorch's conv2d of `op` on the CuPy arrays (cudnn.benchmark on; TF32 only for precision tf32)."""
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    tdt = torch.float16 if dtype == "fp16" else torch.float32
+    xt = torch.as_tensor(x, device="cuda")
+    wt = torch.as_tensor(w.reshape(op.c_out, op.c_in, 1, 1), device="cuda").to(tdt)
+    bt = torch.as_tensor(b, device="cuda").to(tdt)
+    return lambda: F.conv2d(xt, wt, bt)
+
+
+def ncu_launches(op, tiles_, x, params, dtype: str, precision: str, gpu) -> int:
+    """One launch per tile and one of PyTorch's convolution, inside the NVTX range "probe"."""
+    fns = [kernels.prepare("pw", [op], t, x, params, dtype=dtype, precision=precision, gpu=gpu) for t in tiles_]
+    conv = torch_conv(op, x, params[0][0], params[0][1], dtype, precision)
+    for fn in [*fns, conv]:  # compile, and let cuDNN pick its algorithm, outside the range
+        fn()
+    cp.cuda.runtime.deviceSynchronize()
+    torch.cuda.nvtx.range_push("probe")
+    for fn in [*fns, conv]:
+        fn()
+    cp.cuda.runtime.deviceSynchronize()
+    torch.cuda.nvtx.range_pop()
+    print("launched:", ", ".join(str(t) for t in tiles_), "+ torch conv2d")
+    return 0
 
 
 def main() -> int:
@@ -44,6 +76,8 @@ def main() -> int:
     ap.add_argument("--threads", default="", help="comma-separated block sizes to keep (default: all)")
     ap.add_argument("--top", type=int, default=6, help="tiles re-timed with long medians and checked")
     ap.add_argument("--repeat", type=int, default=100)
+    ap.add_argument("--only", default="", help="comma-separated tiles (THxTW/fTF/cTC/tTHREADS, or model: the cost model's) instead of every one")
+    ap.add_argument("--ncu", action="store_true", help="launch the --only tiles and PyTorch once each, untimed")
     args = ap.parse_args()
     dtype, precision = MODES[args.mode]
     layers = [make_op("pw", ci, co, h, 1, a, args.batch) for ci, co, h, a in PW]
@@ -51,7 +85,6 @@ def main() -> int:
     if op is None:
         print(f"error: no PW layer named {args.layer}*", file=sys.stderr)
         return 2
-    torch.backends.cudnn.benchmark = True
     gpu = device_spec(cp)
     rng = np.random.default_rng(0)
     np_dt = np.float16 if dtype == "fp16" else np.float32
@@ -63,6 +96,14 @@ def main() -> int:
     keep = {int(t) for t in args.threads.split(",") if t}
     cands = [t for t in tiles.candidates("pw", [op], dtype, gpu) if not keep or t.threads in keep]
     model = planner.TileSearch(gpu, dtype, op.batch, "time", "ours", precision).best("pw", (op,)).tile
+    if args.only:
+        try:
+            cands = [model if s == "model" else Tile.parse(s) for s in args.only.split(",")]
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    if args.ncu:
+        return ncu_launches(op, cands, x, params, dtype, precision, gpu)
     t0 = time.time()
     rows = []
     for t in cands:
@@ -81,13 +122,7 @@ def main() -> int:
         r["rel_err"] = rel_err(cp.asnumpy(out), ref)
         r["ok"] = bool(r["rel_err"] < TOL[(dtype, precision)])
         r["cold_us"] = time_kernel(fn, repeat=args.repeat, flush_l2=True).median_s * 1e6
-    tdt = torch.float16 if dtype == "fp16" else torch.float32
-    xt = torch.as_tensor(x, device="cuda")
-    wt = torch.as_tensor(w.reshape(op.c_out, op.c_in, 1, 1), device="cuda").to(tdt)
-    bt = torch.as_tensor(b, device="cuda").to(tdt)
-    torch.backends.cudnn.allow_tf32 = precision == "tf32"
-    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-    torch_us = time_kernel(lambda: F.conv2d(xt, wt, bt), repeat=args.repeat, flush_l2=True).median_s * 1e6
+    torch_us = time_kernel(torch_conv(op, x, w, b, dtype, precision), repeat=args.repeat, flush_l2=True).median_s * 1e6
     for r in rows:
         r.pop("_t")
     device = cp.cuda.runtime.getDeviceProperties(0)["name"]

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Same layers, same tiles, two kernel sources, one device call: runs benchmarks/bench_kernels.py with
+# the cost model's tile only (--candidates 0) on a copy of the tree whose kernels/NAME is replaced by
+# OLD_SOURCE, then on this tree, and writes OUTDIR/{old,new}/bench_kernels.{md,json}.
+#
+#   ONLY=pw_ BATCHES=1,8 MODES=fp32,tf32,fp16 bash scripts/ab_bench.sh OUTDIR kernels/pw.cu benchmarks/ab/pw_f14cbcd.cu
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUTDIR=${1:?usage: scripts/ab_bench.sh OUTDIR kernels/NAME OLD_SOURCE}
+TARGET=${2:?kernel source to replace, e.g. kernels/pw.cu}
+OLD=${3:?the old version of it}
+mkdir -p "$OUTDIR"
+. scripts/wheels.sh
+old=$(mktemp -d)
+cp -r fuseplanner kernels benchmarks gpu_specs models "$old"/ && cp "$OLD" "$old/$TARGET"
+s=$(date +%s)
+for tree in "$old" "$PWD"; do
+  name=$([ "$tree" = "$PWD" ] && echo new || echo old)
+  (cd "$tree" && PYTHONPATH=$tree:${PYTHONPATH:-} timeout "${BENCH_TIMEOUT:-280}" python3 benchmarks/bench_kernels.py "$OUTDIR/$name" \
+    --batches "${BATCHES:-1,8}" --candidates 0 --repeat 50 --search-repeat 3 --only "${ONLY:-pw_}" \
+    --modes "${MODES:-fp32,tf32,fp16}" > "$OUTDIR/$name.log" 2>&1
+   echo "$name exit $? $(( $(date +%s) - s )) s")
+done
+rm -rf "$old"
