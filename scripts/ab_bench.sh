@@ -3,7 +3,8 @@
 # the cost model's tile only (--candidates 0) on a copy of the tree whose kernels/NAME is replaced by
 # OLD_SOURCE, then on this tree, and writes OUTDIR/{old,new}/bench_kernels.{md,json}.
 #
-#   ONLY=pw_ BATCHES=1,8 MODES=fp32,tf32,fp16 bash scripts/ab_bench.sh OUTDIR kernels/pw.cu benchmarks/ab/pw_f14cbcd.cu
+#   git show f14cbcd:kernels/pw.cu > pw_old.cu   # inside the working tree, so that it travels to the GPU machine
+#   ONLY=pw_ BATCHES=1,8 MODES=fp32,tf32,fp16 bash scripts/ab_bench.sh OUTDIR kernels/pw.cu pw_old.cu
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUTDIR=${1:?usage: scripts/ab_bench.sh OUTDIR kernels/NAME OLD_SOURCE}

@@ -21,8 +21,10 @@ def rows(path: str) -> dict[tuple, dict]:
             data = json.load(f)
     except (OSError, json.JSONDecodeError) as exc:
         raise SystemExit(f"error: cannot read {path}: {exc}") from None
+    if not isinstance(data, dict) or "rows" not in data:
+        raise SystemExit(f"error: {path} is not a bench_kernels.json (no 'rows')")
     out = {}
-    for r in data["rows"] if isinstance(data, dict) else data:
+    for r in data["rows"]:
         mode = "fp16" if r["dtype"] == "fp16" else r["precision"]
         out[(r["layer"], r["batch"], mode)] = r
     return out
