@@ -82,83 +82,89 @@ struct Geom {
 };
 
 // ---- global -> shared chunk copies ---------------------------------------------------------------
-// Element i of a chunk (i < TF*TC for W, i < TC*P for X): its shared-memory slot and global source.
-__device__ __forceinline__ bool w_elem(int i, const T* __restrict__ w, int f0, int k0, const Geom& g, int& dst,
-                                       const T*& src) {
-    const int f = i / TC, c = i % TC;
-    dst = f * WLD + c;
-    const bool ok = (f0 + f < g.C_out) && (k0 + c < g.C_in);
-    src = ok ? w + (long long)(f0 + f) * g.C_in + k0 + c : w;
-    return ok;
-}
+// The units of a chunk, U elements each, as ROWS rows of COLS units, units fastest (coalesced): W is
+// TF filter rows of TC channels, X (NCHW) TC channel rows of P pixels (U | TW: a unit stays in one
+// tile row), X (CL) P token rows of TC channels. A thread keeps its column (its source offset within a
+// row and its bounds check, worked out once per chunk) and walks rows RPP = THREADS / COLS apart, so a
+// unit costs an address add and a compare rather than an index decomposition; with more columns than
+// threads it takes CB columns, all rows each. Threads past RPP * COLS sit the copy out. f(slot, dst,
+// src, ok) gets each of a thread's units: slot < SLOTS its own index, dst the element offset in the
+// stage, src the source (`base` where !ok: outside the tensor, to be zero-filled).
+template <int U, bool IS_W>
+struct ChunkUnits {
+    static constexpr bool K_ROWS = !IS_W && !CL;  // the chunk's channels run down the rows (NCHW X) or along them
+    static constexpr int ROWS = IS_W ? TF : (CL ? P : TC);
+    static constexpr int COLS = (K_ROWS ? P : TC) / U;
+    static constexpr int LD = IS_W ? WLD : XLD;
+    static constexpr int RPP = COLS >= THREADS ? 1 : THREADS / COLS;
+    static constexpr int CB = COLS >= THREADS ? cdiv(COLS, THREADS) : 1;
+    static constexpr int NR = cdiv(ROWS, RPP);
+    static constexpr int SLOTS = CB * NR;
 
-__device__ __forceinline__ bool x_elem(int i, const T* __restrict__ xn, int y0, int x0, int k0, const Geom& g,
-                                       int& dst, const T*& src) {
-#if CL
-    const int p = i / TC, c = i % TC;  // k fastest: coalesced along channels
-    dst = p * XLD + c;
-    const bool ok = (y0 + p < g.Ho) && (k0 + c < g.C_in);
-    src = ok ? xn + (long long)(y0 + p) * g.C_in + k0 + c : xn;
-#else
-    const int k = i / P, p = i % P;  // pixels fastest: coalesced along rows
-    const int y = y0 + p / TW, xo = x0 + p % TW;
-    dst = k * XLD + p;
-    const bool ok = (k0 + k < g.C_in) && (y < g.Ho) && (xo < g.Wo);
-    src = ok ? xn + ((long long)(k0 + k) * g.H + (long long)y * SH) * g.W + (long long)xo * SW : xn;
-#endif
-    return ok;
-}
+    template <typename F>
+    __device__ __forceinline__ static void each(const T* __restrict__ base, int a0, int a1, int k0, const Geom& g, F f) {
+        const int tid = threadIdx.x;
+        const int row0 = COLS >= THREADS ? 0 : tid / COLS;
+        if (row0 >= RPP) return;
+        // rows: channels k0 + r (stride H*W) for NCHW X; filters f0 + r (W) or tokens y0 + r (CL X), stride C_in
+        const int rbase = K_ROWS ? k0 : a0;
+        const int rlimit = K_ROWS ? g.C_in : (IS_W ? g.C_out : g.Ho);
+        const int rstride = K_ROWS ? g.H * g.W : g.C_in;  // 32-bit offsets: lbl._check_pw_offsets bounds them
+#pragma unroll
+        for (int cb = 0; cb < CB; ++cb) {
+            const int col = COLS >= THREADS ? cb * THREADS + tid : tid % COLS;
+            if (COLS % THREADS != 0 && COLS >= THREADS && col >= COLS) break;
+            const int e = col * U;  // first element of the unit along the row
+            int off;
+            bool cok;
+            if (K_ROWS) {
+                const int y = a0 + e / TW, xo = a1 + e % TW;
+                cok = y < g.Ho && xo < g.Wo;
+                off = y * SH * g.W + xo * SW;
+            } else {
+                cok = k0 + e < g.C_in;
+                off = k0 + e;
+            }
+            off += (rbase + row0) * rstride;
+#pragma unroll
+            for (int j = 0; j < NR; ++j, off += RPP * rstride) {
+                const int r = row0 + j * RPP;
+                if (ROWS % RPP != 0 && r >= ROWS) break;
+                const bool ok = cok && rbase + r < rlimit;
+                f(cb * NR + j, r * LD + e, base + (ok ? off : 0), ok);
+            }
+        }
+    }
+};
 
 // Asynchronous copy of a chunk with U-element units (cp.async, zero-filled outside the tensor).
 template <int U, bool IS_W>
 __device__ __forceinline__ void issue_async(T* stage, const T* __restrict__ base, int a0, int a1, int k0,
                                             const Geom& g) {
-    constexpr int N = IS_W ? TF * TC : TC * P;
-    for (int u = threadIdx.x; u < N / U; u += THREADS) {
-        int dst;
-        const T* src;
-        const bool ok = IS_W ? w_elem(u * U, base, a0, k0, g, dst, src) : x_elem(u * U, base, a0, a1, k0, g, dst, src);
+    ChunkUnits<U, IS_W>::each(base, a0, a1, k0, g, [&](int, int dst, const T* src, bool ok) {
         cp_async<U * sizeof(T)>(stage + dst, src, ok);
-    }
+    });
 }
 
 // Register-staged copy (when cp.async cannot be used): fetch() issues the global loads of a chunk,
-// put() writes them to a stage after the current chunk's math. Chunks too large for registers
-// (more than 32 elements per thread) are copied synchronously by put() instead.
+// put() writes them to a stage after the current chunk's math, both in ChunkUnits' order. Chunks with
+// more than 32 elements per thread are copied synchronously by put() instead.
 template <bool IS_W>
 struct RegStage {
-    static constexpr int N = IS_W ? TF * TC : TC * P;
-    static constexpr bool IN_REGS = (N + THREADS - 1) / THREADS <= 32;
-    static constexpr int R = IN_REGS ? (N + THREADS - 1) / THREADS : 1;
-    T v[R];
-    int d[R];
+    using Units = ChunkUnits<1, IS_W>;
+    static constexpr bool IN_REGS = Units::SLOTS <= 32;
+    T v[IN_REGS ? Units::SLOTS : 1];
     int k0;
     __device__ __forceinline__ void fetch(const T* __restrict__ base, int a0, int a1, int k, const Geom& g) {
         k0 = k;
-        if (!IN_REGS) return;
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            const int i = threadIdx.x + r * THREADS;
-            const T* src;
-            bool ok = false;
-            d[r] = -1;
-            if (i < N) ok = IS_W ? w_elem(i, base, a0, k0, g, d[r], src) : x_elem(i, base, a0, a1, k0, g, d[r], src);
-            v[r] = ok ? *src : (T)0;
-        }
+        if constexpr (IN_REGS)
+            Units::each(base, a0, a1, k0, g, [&](int s, int, const T* src, bool ok) { v[s] = ok ? *src : (T)0; });
     }
     __device__ __forceinline__ void put(T* stage, const T* __restrict__ base, int a0, int a1, const Geom& g) const {
-        if (IN_REGS) {
-#pragma unroll
-            for (int r = 0; r < R; ++r)
-                if (d[r] >= 0) stage[d[r]] = v[r];
-        } else {
-            for (int i = threadIdx.x; i < N; i += THREADS) {
-                int dst;
-                const T* src;
-                const bool ok = IS_W ? w_elem(i, base, a0, k0, g, dst, src) : x_elem(i, base, a0, a1, k0, g, dst, src);
-                stage[dst] = ok ? *src : (T)0;
-            }
-        }
+        if constexpr (IN_REGS)
+            Units::each(base, a0, a1, k0, g, [&](int s, int dst, const T*, bool) { stage[dst] = v[s]; });
+        else
+            Units::each(base, a0, a1, k0, g, [&](int, int dst, const T* src, bool ok) { stage[dst] = ok ? *src : (T)0; });
     }
 };
 

@@ -184,3 +184,23 @@ def test_fma_map_fewest_load_cycles_per_useful_output():
             rp = -(-p // b)
             assert tf % a == 0 and b * rp >= p and b * rp - p <= b * rp / 4
             assert pv == 1 or (rp % pv == 0 and (p + 8) % pv == 0 and b * rp <= p + 8)
+
+
+def test_pw_launch_rejects_offsets_past_32_bits():
+    from fuseplanner.errors import PlanError
+    from fuseplanner.kernels.lbl import _check_pw_offsets
+
+    t = Tile(8, 8, 64, 32, 256)
+    # NCHW, 127 channels of 4096 x 4096: the last chunk's rows reach channel 128 (127 rounded up to TC 32),
+    # 128 x 2^24 + (4096 rows x 4096) + 4096 columns = 2^31 + 2^24 + 4096 = 2,164,264,960 -> past a signed
+    # 32-bit offset, although the image's own 127 x 2^24 elements would fit
+    with pytest.raises(PlanError, match="one image needs element offsets up to 2164264960,"):
+        _check_pw_offsets("p", t, False, 127, 4096, 4096, 8, 4096, 4096, 1, 1)
+    # 96 channels: 96 x 2^24 + 4096 x 4096 + 4096 = 1,627,394,048 < 2^31 -> accepted
+    _check_pw_offsets("p", t, False, 96, 4096, 4096, 8, 4096, 4096, 1, 1)
+    # weights 65,536 x 32,768 (C_out rounded to TF 64 is itself) + 32,768 columns: 2^31 + 32,768 -> rejected
+    with pytest.raises(PlanError, match="the weight matrix needs"):
+        _check_pw_offsets("p", t, True, 32768, 1, 1, 65536, 1, 1, 1, 1)
+    # linear tokens: 65,536 tokens (a multiple of P = 64) x 32,768 channels + 32,768 = 2^31 + 32,768 -> rejected
+    with pytest.raises(PlanError, match="one image needs"):
+        _check_pw_offsets("p", t, True, 32768, 65536, 1, 64, 65536, 1, 1, 1)

@@ -165,6 +165,24 @@ def _pw_shapes(op: Op, kind: str, x) -> tuple[int, int, int, int, int, int, tupl
     return n, c, h, w, ho, wo, (n, op.c_in, h, w), (n, op.c_out, ho, wo)
 
 
+def _check_pw_offsets(name: str, tile: Tile, cl: bool, c_in, h, w, c_out, ho, wo, sh, sw) -> None:
+    """kernels/pw.cu's chunk copies address a weight matrix or one image with 32-bit element offsets,
+    including the rows and columns of the last (partial) tile: refuse shapes whose largest offset does
+    not fit, before launch."""
+    def up(v, m):
+        return -(-v // m) * m
+
+    k_pad = up(c_in, tile.tc)
+    largest = {
+        "the weight matrix": up(c_out, tile.tf) * c_in + k_pad,
+        "one image": up(ho, tile.th * tile.tw) * c_in + k_pad if cl
+        else k_pad * h * w + up(ho, tile.th) * sh * w + up(wo, tile.tw) * sw,
+    }
+    for what, elems in largest.items():
+        if elems >= 2**31:
+            raise PlanError(f"op {name}: {what} needs element offsets up to {elems}, past the pw kernel's 32-bit offsets")
+
+
 def prepare_pw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp32", precision: str = "fp32",
                residual=None, out=None, kind: str = "pw") -> Launch:
     """Prepare a 1x1 convolution (NCHW) or, with kind="linear", a linear layer over channel-last tokens."""
@@ -194,6 +212,7 @@ def prepare_pw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp32",
     th, tw, tf, tc, threads = tile.th, tile.tw, tile.tf, tile.tc, tile.threads
     sh, sw = (1, 1) if kind == "linear" else op.stride
     cl = kind == "linear"
+    _check_pw_offsets(op.name, tile, cl, c_in, h, w, c_out, ho, wo, sh, sw)
     e = dtype_bytes(dtype)
     kpad = tiles.PW_KPAD_BYTES // e
     stages = tiles.pw_stages(kind, tile, dtype)
