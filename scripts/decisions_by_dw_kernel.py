@@ -7,25 +7,22 @@ each group (no GPU): `fit.repredict` re-plans every group among its measured til
 
 from __future__ import annotations
 
-import argparse
 import collections
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fuseplanner import fit, report, specs  # noqa: E402
+import saved_runs  # noqa: E402
+
+from fuseplanner import fit, report  # noqa: E402
 from fuseplanner.onnx_import import load_model  # noqa: E402
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gpu", default="h100", help="spec name or TOML path")
-    ap.add_argument("results", nargs="+", help="results.json files")
-    args = ap.parse_args(argv)
-    spec = specs.gpu(args.gpu)
+    spec, results = saved_runs.parse(__doc__, argv)
     print("| run | DW kernel | groups | decisions agreeing |\n|---|---|---:|---:|")
-    for path in args.results:
+    for path in results:
         data = fit.repredict(report.load_results(path), spec)
         graph = load_model(data["meta"]["model"], None, 1)  # kernel sizes do not depend on the batch
         tally: collections.Counter = collections.Counter()

@@ -12,13 +12,14 @@ cost over the best measured option of each group, per run and over all records.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fuseplanner import fit, report, specs  # noqa: E402
+import saved_runs  # noqa: E402
+
+from fuseplanner import fit, report  # noqa: E402
 
 
 def apes(records, metric: str) -> list[float]:
@@ -32,17 +33,13 @@ def cell(v: list[float]) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gpu", default="h100", help="spec name or TOML path")
-    ap.add_argument("results", nargs="+", help="results.json files of validation runs")
-    args = ap.parse_args(argv)
-    spec = specs.gpu(args.gpu)
+    spec, results = saved_runs.parse(__doc__, argv)
     pooled: dict[str, list[float]] = {"gma": [], "dram": [], "time": []}
     agree = total = lost5 = 0
     chosen = best = 0.0
     print("| run | n | GMA | DRAM | time | fuse decisions | plan's extra time (groups > 5%) |")
     print("|---|---:|---|---|---|---|---|")
-    for path in args.results:
+    for path in results:
         data = fit.repredict(report.load_results(path), spec)
         per = {m: apes(data["records"], m) for m in pooled}
         dec = report.decisions(data)

@@ -1,0 +1,25 @@
+"""Command line shared by the scripts that re-read saved validation runs with a spec (no GPU):
+`--gpu SPEC` and the results.json files."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fuseplanner import specs  # noqa: E402
+from fuseplanner.errors import FusePlannerError  # noqa: E402
+
+
+def parse(doc: str, argv=None):
+    """(GpuSpec, results paths) from the command line of a script described by `doc`."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--gpu", default="h100", help="spec name or TOML path")
+    ap.add_argument("results", nargs="+", help="results.json files of validation runs")
+    args = ap.parse_args(argv)
+    try:
+        return specs.gpu(args.gpu), args.results
+    except FusePlannerError as e:  # an unknown spec or a bad TOML: one line, exit 2
+        ap.error(str(e))
