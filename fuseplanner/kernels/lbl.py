@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import tiles
+from ..cost.work import cdiv
 from ..errors import PlanError
 from ..ir import Op, Tile, dtype_bytes, math_mode
 from . import _build
@@ -169,14 +170,11 @@ def _check_pw_offsets(name: str, tile: Tile, cl: bool, c_in, h, w, c_out, ho, wo
     """kernels/pw.cu's chunk copies address a weight matrix or one image with 32-bit element offsets,
     including the rows and columns of the last (partial) tile: refuse shapes whose largest offset does
     not fit, before launch."""
-    def up(v, m):
-        return -(-v // m) * m
-
-    k_pad = up(c_in, tile.tc)
+    k_pad = cdiv(c_in, tile.tc) * tile.tc
     largest = {
-        "the weight matrix": up(c_out, tile.tf) * c_in + k_pad,
-        "one image": up(ho, tile.th * tile.tw) * c_in + k_pad if cl
-        else k_pad * h * w + up(ho, tile.th) * sh * w + up(wo, tile.tw) * sw,
+        "the weight matrix": cdiv(c_out, tile.tf) * tile.tf * c_in + k_pad,
+        "one image": cdiv(ho, tile.th * tile.tw) * tile.th * tile.tw * c_in + k_pad if cl
+        else k_pad * h * w + cdiv(ho, tile.th) * tile.th * sh * w + cdiv(wo, tile.tw) * tile.tw * sw,
     }
     for what, elems in largest.items():
         if elems >= 2**31:
