@@ -48,6 +48,9 @@ MEASURABLE = (
     "warp_load_bytes_per_cycle",
     "coresident_exponent",
     "fused_sm_issue_warps",
+    "fused_shared_load_weight",
+    "kernel_fixed_s",
+    "fused_kernel_fixed_s",
     "fuse_min_speedup",
 )
 
@@ -64,25 +67,32 @@ MEASURABLE = (
 #: layer-by-layer PW rate, the co-residency exponent and the fused SM issue cap (set to 10 warps by a
 #: scan, the rest fitted with it) come from the H100 records of the fused kernels in use since the
 #: eleventh session, batch 1 and 8 together (docs/validation/smcap-2026-11-23/h100_fit.toml;
-#: docs/validation.md, thirteenth session).
+#: docs/validation.md, thirteenth session). Since the eighteenth session the fused fields (rates,
+#: warp exponent, co-residency, SM cap) are fitted together with `fused_shared_load_weight` (3, chosen
+#: by a scan) and `fused_kernel_fixed_s` on the H100 records of that session's kernels
+#: (docs/validation/live-2026-11-24-s18/h100_fit.toml; checked live out of sample in
+#: docs/validation/live-2026-11-24-s18b).
 KERNEL_RATE_DEFAULTS: dict[str, float] = {
     "dw_warp_flops_per_cycle_fp32": 1.085,
     "dw_warp_flops_per_cycle_fp16": 1.146,
     "pw_warp_flops_per_cycle_fp32": 4.08,
     "pw_warp_flops_per_cycle_tf32": 2.854,
     "pw_warp_flops_per_cycle_fp16": 9.917,
-    "fused_pw_warp_flops_per_cycle_fp32": 10.739,
-    "fused_pw_warp_flops_per_cycle_tf32": 50.612,
-    "fused_pw_warp_flops_per_cycle_fp16": 64.709,
-    "fused_dw_warp_flops_per_cycle": 5.966,
+    "fused_pw_warp_flops_per_cycle_fp32": 22.653,
+    "fused_pw_warp_flops_per_cycle_tf32": 151.624,
+    "fused_pw_warp_flops_per_cycle_fp16": 151.129,
+    "fused_dw_warp_flops_per_cycle": 15.473,
     "fused_weight_l2_fraction": 0.8,
     "fused_weight_l2_fraction_fp16": 1.4,
     "fused_weight_load_fraction": 0.7,
     "block_warp_exponent": 1.0,
-    "fused_block_warp_exponent": 0.722,
+    "fused_block_warp_exponent": 0.91,
     "warp_load_bytes_per_cycle": 3.568,
-    "coresident_exponent": 0.276,
-    "fused_sm_issue_warps": 4.049,
+    "coresident_exponent": 0.258,
+    "fused_sm_issue_warps": 4.375,
+    "fused_shared_load_weight": 3.0,
+    "kernel_fixed_s": 0.0,
+    "fused_kernel_fixed_s": 2.915e-06,
 }
 
 
@@ -122,6 +132,8 @@ class Hw(NamedTuple):
     cluster_sms: int  # SMs whose blocks clusters of CLUSTER_PLACED_MIN or more blocks can use
     coresident_exp: float  # a block's serial chain is slowed by (blocks resident on its SM) ** this
     fused_sm_warps: float  # an SM issues its resident fused blocks' work at most at this many warps' rate (0: no cap)
+    fused_load_w: float  # FMA-equivalents the fused kernels' issued work charges per shared-memory operand load
+    fixed: tuple[float, float]  # seconds a launch takes beyond the empty-launch floor whatever its work: LBL, fused
 
 
 class GpuSpec(BaseModel):
@@ -226,6 +238,18 @@ class GpuSpec(BaseModel):
         description="an SM runs the issued work of its resident fused-kernel blocks at most at this many "
         "warps' rate (the fused warp rates x this): however many blocks share it, the SM's shared-memory "
         "and issue bandwidth is one (0: no cap)")
+    fused_shared_load_weight: float = Field(
+        default=KERNEL_RATE_DEFAULTS["fused_shared_load_weight"], ge=0,
+        description="FMA-equivalents (exact fp32) or mma-equivalents (tensor cores) that the fused kernels' "
+        "issued work charges per shared-memory operand load of a GEMM unit or DW stencil item (a float4, "
+        "an ldmatrix): how much a small register or mma block is slowed by its operand loads")
+    kernel_fixed_s: float = Field(
+        default=KERNEL_RATE_DEFAULTS["kernel_fixed_s"], ge=0,
+        description="seconds one launch of fuseplanner's layer-by-layer kernels takes beyond the empty-launch "
+        "floor (launch_overhead_s) whatever its work: first touches after the L2 flush, prologue and tail")
+    fused_kernel_fixed_s: float = Field(
+        default=KERNEL_RATE_DEFAULTS["fused_kernel_fixed_s"], ge=0,
+        description="same for the fused kernels (their prologue fills the cp.async ring and stages weights)")
     cluster_sms: int | None = Field(
         default=None, gt=0,
         description="SMs that thread-block clusters of 4 or more blocks can use: the scheduler places a "
@@ -286,6 +310,8 @@ class GpuSpec(BaseModel):
             self.cluster_sms or self.sm_count,
             float(e("coresident_exponent")),
             float(e("fused_sm_issue_warps")),
+            float(e("fused_shared_load_weight")),
+            (float(e("kernel_fixed_s")), float(e("fused_kernel_fixed_s"))),
         )  # fmt: skip
 
     def summary(self) -> dict[str, Any]:

@@ -141,6 +141,25 @@ def _pw_stages(stage: int) -> int:
     return max(PW_MIN_STAGES, min(PW_MAX_STAGES, PW_RING_BYTES // stage))
 
 
+#: Widest copy (bytes) of kernels/dw.cu's window staging: 8, not 16, since a staged row starts at a
+#: column rounded down to the vector width and so holds up to 2 x (width - 1) columns it does not use.
+DW_VECTOR_BYTES = 8
+
+
+def dw_vector_elems(w: int, e: int) -> int:
+    """Elements per copy of kernels/dw.cu's window staging when the input is aligned: the widest
+    vector of at most DW_VECTOR_BYTES that divides a row of W elements of `e` bytes (1 when none does)."""
+    return next((n // e for n in (8, 4) if n <= DW_VECTOR_BYTES and n >= 2 * e and w % (n // e) == 0), 1)
+
+
+def dw_row_stride(ww: int, w: int, e: int) -> int:
+    """Elements between staged window rows in kernels/dw.cu (`LDX`): a row of `ww` columns staged as
+    aligned vectors from a column rounded down to the vector width (at most VEC - 1 columns more on
+    each side), so any vector width the launch uses fits; `w` is the map width."""
+    vec = dw_vector_elems(w, e)
+    return _rup(ww + vec - 1, vec)
+
+
 def smem_bytes(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> int:
     """Shared memory one block of this kind needs for `tile` (bytes)."""
     return _smem_bytes(kind, ops, tile.th, tile.tw, tile.tf, tile.tc, dtype_bytes(dtype))
@@ -151,7 +170,8 @@ def _smem_bytes(kind: str, ops: Sequence[Op], th: int, tw: int, tf: int, tc: int
     if kind == "dw":
         hh, ww = _halo(kind, ops, th, tw)
         kh, kw = ops[0].kernel
-        return tf * hh * ww * e + tf * kh * kw * ACC_BYTES
+        filters = _rup(tf * kh * kw * ACC_BYTES, 16)  # the window starts 16-byte aligned
+        return tf * hh * dw_row_stride(ww, ops[0].hw_in[1], e) * e + filters
     if kind in ("pw", "linear"):
         # kernels/pw.cu: a pw_stages()-deep ring of pw_stage_bytes() stages
         # weights Ws[tf][tc + PW_KPAD_BYTES/e], inputs Xs[tc][p + PW_XPAD] (NCHW) or Xs[p][tc + pad] (linear)

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Same layers, same tiles, two kernel sources, one device call: runs benchmarks/bench_kernels.py with
-# the cost model's tile only (--candidates 0) on a copy of the tree whose kernels/NAME is replaced by
-# OLD_SOURCE, then on this tree, and writes OUTDIR/{old,new}/bench_kernels.{md,json}.
+# Same layers, two kernel sources, one device call: runs benchmarks/bench_kernels.py with the cost
+# model's tile only (--candidates 0) on a copy of the tree whose kernels/NAME is replaced by OLD_SOURCE
+# (or, when OLD_SOURCE is a directory, whose files are replaced by those under it: a change that also
+# touches the launcher), then on this tree, and writes OUTDIR/{old,new}/bench_kernels.{md,json}.
 #
 #   git show f14cbcd:kernels/pw.cu > pw_old.cu   # inside the working tree, so that it travels to the GPU machine
 #   ONLY=pw_ BATCHES=1,8 MODES=fp32,tf32,fp16 bash scripts/ab_bench.sh OUTDIR kernels/pw.cu pw_old.cu
+#   mkdir ab_old && git archive HEAD fuseplanner kernels | tar -x -C ab_old
+#   ONLY=dw_ MODES=fp32,fp16 bash scripts/ab_bench.sh OUTDIR kernels/dw.cu ab_old
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUTDIR=${1:?usage: scripts/ab_bench.sh OUTDIR kernels/NAME OLD_SOURCE}
@@ -13,7 +16,8 @@ OLD=${3:?the old version of it}
 mkdir -p "$OUTDIR"
 . scripts/wheels.sh
 old=$(mktemp -d)
-cp -r fuseplanner kernels benchmarks gpu_specs models "$old"/ && cp "$OLD" "$old/$TARGET"
+cp -r fuseplanner kernels benchmarks gpu_specs models "$old"/
+if [ -d "$OLD" ]; then cp -r "$OLD"/. "$old"/; else cp "$OLD" "$old/$TARGET"; fi
 s=$(date +%s)
 for tree in "$old" "$PWD"; do
   name=$([ "$tree" = "$PWD" ] && echo new || echo old)

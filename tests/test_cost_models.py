@@ -434,11 +434,12 @@ def test_weights_rereads_reach_dram_when_they_exceed_l2():
 def test_resources_and_time_by_hand():
     c = estimate("dw", (dw(144, 56, 56),), Tile(16, 16, 8, 8, 256), "fp32", 1, H100_T)
     r = c.kernels[0]
-    # smem: 8 planes x 18 x 18 x 4 B + 8 x 9 x 4 B = 10,656 B; regs as the dw kernel compiles at 256
-    #   threads (registers.COMPILED: 34 + 0 x 8 outputs/thread = 34)
-    assert (r.smem_bytes, r.regs_per_thread, r.threads) == (10_656, 34, 256)
+    # smem: 8 planes x 18 rows x 20 columns (the 18-column window is staged in float2 copies from an even
+    #   column: tiles.dw_row_stride = rup(18 + 2 - 1, 2) = 20) x 4 B + 8 x 9 x 4 B = 11,520 + 288 = 11,808 B;
+    #   regs as the dw kernel compiles at 256 threads (registers.COMPILED: 34 + 0 x 8 outputs/thread = 34)
+    assert (r.smem_bytes, r.regs_per_thread, r.threads) == (11_808, 34, 256)
     # registers per warp 34 x 32 = 1,088 -> 1,280 in units of 256; blocks/SM = min(32 blocks,
-    #   2048/256 = 8 threads, 65536 / (1280 * 8) = 6 regs, 233472/11680 = 19) = 6
+    #   2048/256 = 8 threads, 65536 / (1280 * 8) = 6 regs, 233472/(11808 + 1024) = 18) = 6
     assert r.blocks_per_sm == 6 and r.occupancy == 6 * 256 / 2048
     assert r.waves == 288 / (132 * 6)
     # one partial wave: 288 blocks -> 3 per SM on 132 SMs

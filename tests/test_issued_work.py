@@ -24,14 +24,37 @@ def test_dw_pw_fp16_pays_padding_idle_warp_and_fragment_loads():
     # DW (dw_window): one output row a tile, so items of V = 1 row: 16 channels x 1 x 4 = 64 items on 64
     # threads -> 1 each; an item: 1 x 3 x 3 = 9 FMAs + 0.5 x (3 window rows x 3 + 9 taps = 18 shared
     # loads) = 18 FMA-equivalents = 36 FLOP-equivalents: 1 x 64 x 36 = 2,304 per chunk, 4,608 for 2 chunks
-    assert fused.issued_per_block("dw_pw", (DW, PW), TILE, 2, 2) == (4608.0, 28672.0)
+    assert fused.issued_per_block("dw_pw", (DW, PW), TILE, 2, 2, 0.5) == (4608.0, 28672.0)
 
 
 def test_dw_pw_exact_fp32_splits_outputs_over_threads():
     # fma_group(16, 4, 64 threads): 1 x 1 micro-tiles, 64 groups -> one per thread, cost 1 FMA + 0.5 x
     # (1 + 1) loads = 2 per k step; k = TC = 16 (no padding for FMA): 2 x 16 x 64 x 1 x 2 = 4,096 per
     # chunk, 8,192 for 2 chunks (useful 4,096: the shared loads double it); the DW is as for fp16
-    assert fused.issued_per_block("dw_pw", (DW, PW), TILE, 4, 0) == (4608.0, 8192.0)
+    assert fused.issued_per_block("dw_pw", (DW, PW), TILE, 4, 0, 0.5) == (4608.0, 8192.0)
+
+
+def test_shared_load_weight_scales_the_operand_loads_only():
+    # the same exact-fp32 block with 2 FMA-equivalents per shared load (spec fused_shared_load_weight):
+    # GEMM per k step 1 FMA + 2 x (1 + 1) loads = 5 -> 2 x 16 x 64 x 1 x 5 = 10,240 per chunk, 20,480 for 2;
+    # DW item 9 FMAs + 2 x 18 loads = 45 FMA-equivalents = 90 FLOPs x 64 threads = 5,760 per chunk, 11,520
+    assert fused.issued_per_block("dw_pw", (DW, PW), TILE, 4, 0, 2.0) == (11520.0, 20480.0)
+    # weight 0: FMAs alone, the useful 2 x 16 x 4 x 32 = 4,096 (the split leaves no thread idle) and
+    # 2 chunks x 64 items x 2 x 9 = 2,304
+    assert fused.issued_per_block("dw_pw", (DW, PW), TILE, 4, 0, 0.0) == (2304.0, 4096.0)
+
+
+def test_shared_load_weight_reaches_fused_estimates_only():
+    from fuseplanner.calibrate import apply_measured
+    from fuseplanner.cost import estimate
+
+    base = gpu("h100")
+    heavy = apply_measured(base, {"fused_shared_load_weight": 4 * base.fused_shared_load_weight})
+    assert heavy.hw.fused_load_w == 4 * base.hw.fused_load_w
+    fused_t = [estimate("dw_pw", (DW, PW), TILE, "fp32", 1, s).time_s for s in (base, heavy)]
+    assert fused_t[1] > fused_t[0]  # more issued work per block on the same rates
+    lbl = [estimate("dw", (DW,), Tile(7, 7, 16, 16, 64), "fp32", 1, s).time_s for s in (base, heavy)]
+    assert lbl[0] == lbl[1]  # the layer-by-layer kernels do not read it
 
 
 def test_issued_work_reaches_the_launch_time():
@@ -39,7 +62,7 @@ def test_issued_work_reaches_the_launch_time():
     h100 = gpu("h100")
     km = model.context("dw_pw", (DW, PW), "fp16")
     w = km.work(TILE, 1, False)
-    got = model.issued("dw_pw", (DW, PW), TILE, "fp16", "fp32", w, 1)
+    got = model.issued("dw_pw", (DW, PW), TILE, "fp16", "fp32", w, 1, 0.5)
     assert got.mma_issue == 28672.0 * w.blocks and got.cuda_issue == 4608.0 * w.blocks
     assert got.mma_issue > w.mma_flops  # padding and idle warps cost more than the useful FLOPs
     # own compute at the issued work: the block's chain is longer than at its useful FLOPs
@@ -56,12 +79,12 @@ def test_dw_issue_follows_the_kernels_row_items():
     # (no idle thread; the 4 rows share 6 of the 12 window rows 4 single-row items would load)
     e, d = pw(16, 32, 16, 16), dw(32, 16, 16, 3)
     assert tiles.dw_rows_per_item(32, 8, 8, 256) == 4
-    assert fused.issued_per_block("pw_dw", (e, d), Tile(8, 8, 32, 16, 256), 4, 0)[0] == 50_688.0
+    assert fused.issued_per_block("pw_dw", (e, d), Tile(8, 8, 32, 16, 256), 4, 0, 0.5)[0] == 50_688.0
     # 2 x 4 outputs of 16 channels on 256 threads: 2 rows do not give every thread an item (16 x 1 x 4 = 64
     # < 256), so V = 1: 16 x 2 x 4 = 128 items, 1 a thread x 256 threads (half idle) x 2 x (9 FMAs + 0.5 x
     # (9 window + 9 taps)) = 256 x 36 = 9,216
     assert tiles.dw_rows_per_item(16, 2, 4, 256) == 1
-    assert fused.issued_per_block("pw_dw", (e, d), Tile(2, 4, 16, 16, 256), 4, 0)[0] == 9_216.0
+    assert fused.issued_per_block("pw_dw", (e, d), Tile(2, 4, 16, 16, 256), 4, 0, 0.5)[0] == 9_216.0
 
 
 def test_fused_kinds_run_the_stencil_at_their_own_rate():
@@ -77,7 +100,7 @@ def test_fused_kinds_run_the_stencil_at_their_own_rate():
     assert time.warp_rates("dw", "fp32", "fp32", hw)[0] != fused_rate
     # a faster fused stencil shortens a DW-heavy fused launch: same work, rate doubled -> less time
     km = model.context("dw_pw", (DW, PW), "fp16")
-    w = model.issued("dw_pw", (DW, PW), TILE, "fp16", "fp32", km.work(TILE, 1, False), 1)
+    w = model.issued("dw_pw", (DW, PW), TILE, "fp16", "fp32", km.work(TILE, 1, False), 1, hw.fused_load_w)
     args = (0.0, 1, TILE.threads, hw, time.mma_rate("fp16", "fp32", hw))
     rates = time.warp_rates("dw_pw", "fp16", "fp32", hw)
     assert time.kernel_time(w, *args, (2 * rates[0], *rates[1:])) < time.kernel_time(w, *args, rates)

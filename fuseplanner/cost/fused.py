@@ -246,56 +246,53 @@ class PwDwPwModel(FusedModel):
         return w._replace(w_unique=w_u)
 
 
-#: Weight of one shared-memory operand load against one FMA (exact fp32) or one mma (tensor cores) in
-#: the critical path of a GEMM unit: the same weight the kernels' work split minimises
-#: (`fuseplanner.tiles.fma_group` / `mma_group`).
-SHARED_LOAD_WEIGHT = 0.5
 
 
-def _gemm_issue(g: tiles.BlockGemm, threads: int, prec: int) -> float:
+def _gemm_issue(g: tiles.BlockGemm, threads: int, prec: int, load_w: float) -> float:
     """FLOP-equivalents a block of `threads` spends on one block GEMM `g` (kernels/fused_common.cuh) as
     its busiest unit executes it, times the units: a unit (a thread for exact fp32, a warp for tensor
     cores) runs ceil(groups / units) micro-tiles of the work split the launcher picks, each k step
-    costing its FMAs (or mma instructions) plus SHARED_LOAD_WEIGHT per shared operand load. Zero
+    costing its FMAs (or mma instructions) plus `load_w` (the spec's `fused_shared_load_weight`) per
+    shared operand load (a float4 of one operand, or an ldmatrix of a 16 x 16 A / 16 x 8 B tile). Zero
     padding (tensor-core tiles of 16 x 8, k rounded to 16) and idle units count; with a perfect split
     and no padding this is 2 m n k."""
     if prec == 0:
         gm, gn, me, ne = tiles.fma_group(g.m, g.n, threads, g.resident)
         mt = -(-((me // gm) * (ne // gn)) // threads)
-        return 2.0 * g.k * threads * mt * (gm * gn + SHARED_LOAD_WEIGHT * (-(-gm // 4) + -(-gn // 4)))
+        return 2.0 * g.k * threads * mt * (gm * gn + load_w * (-(-gm // 4) + -(-gn // 4)))
     gm, gn, me, ne = tiles.mma_group(g.mp, g.np_, threads // 32, g.resident)
     mi, ni = gm // 16, gn // 8  # 16 x 8 mma tiles per group; a 16 x 8 tile over k is 2 x 16 x 8 x k FLOPs
     mt = -(-((me // gm) * (ne // gn)) // (threads // 32))
-    return 2.0 * 16 * 8 * g.kp * (threads // 32) * mt * (mi * ni + SHARED_LOAD_WEIGHT * (mi + 0.5 * ni))
+    return 2.0 * 16 * 8 * g.kp * (threads // 32) * mt * (mi * ni + load_w * (mi + 0.5 * ni))
 
 
-def issued_per_block(kind: str, ops: tuple, tile: Tile, e: int, prec: int) -> tuple[float, float]:
+def issued_per_block(kind: str, ops: tuple, tile: Tile, e: int, prec: int, load_w: float) -> tuple[float, float]:
     """(DW FLOPs, PW FLOP-equivalents) one block of a fused kernel (no cluster split) issues on its
     critical path over all its channel chunks (kernels/fused_*.cu): each chunk's block GEMMs
     (`tiles.block_gemms`) by `_gemm_issue`, the DW stencil by `_dw_issue` over the chunk's tc channels
     (dw_pw, pw_dw_pw; tf channels once for pw_dw).
-    `prec`: 0 exact fp32, 1 TF32, 2 fp16."""
+    `prec`: 0 exact fp32, 1 TF32, 2 fp16; `load_w`: FMA-equivalents of one shared operand load."""
     t = tile.threads
     nk = -(-(ops[0].c_out if kind in ("pw_pw", "pw_dw_pw") else ops[0].c_in) // tile.tc)
-    pw = nk * sum(_gemm_issue(g, t, prec) for g in tiles.block_gemms(kind, ops, tile, e).values())
+    pw = nk * sum(_gemm_issue(g, t, prec, load_w) for g in tiles.block_gemms(kind, ops, tile, e).values())
     if kind == "pw_pw":
         return 0.0, pw
     dw = ops[0] if kind == "dw_pw" else ops[1]
     if kind == "pw_dw":  # once, after the chunk loop
-        return _dw_issue(tile.tf, tile, dw), pw
-    return nk * _dw_issue(tile.tc, tile, dw), pw
+        return _dw_issue(tile.tf, tile, dw, load_w), pw
+    return nk * _dw_issue(tile.tc, tile, dw, load_w), pw
 
 
-def _dw_issue(nch: int, tile: Tile, dw) -> float:
+def _dw_issue(nch: int, tile: Tile, dw, load_w: float) -> float:
     """FLOP-equivalents a block's busiest thread issues on the DW stencil of `nch` channels (kernels/
     common.cuh dw_rows via fused_common.cuh dw_window), times the threads: items of V output rows
     (`tiles.dw_rows_per_item`), ceil(items / threads) per thread; an item runs V x kh x kw FMAs and
     loads from shared memory the ((V - 1) s + (kh - 1) d + 1) x kw window values its V outputs share
-    and its kh x kw filter taps, each load at SHARED_LOAD_WEIGHT FMAs (as `_gemm_issue` counts a
-    GEMM's operand loads)."""
+    and its kh x kw filter taps, each load at `load_w` FMAs (as `_gemm_issue` counts a GEMM's operand
+    loads)."""
     kh, kw = dw.kernel
     v = tiles.dw_rows_per_item(nch, tile.th, tile.tw, tile.threads)
     items = nch * (tile.th // v) * tile.tw
     rows = (v - 1) * dw.stride[0] + (kh - 1) * dw.dilation[0] + 1
-    per_item = v * kh * kw + SHARED_LOAD_WEIGHT * (rows * kw + kh * kw)
+    per_item = v * kh * kw + load_w * (rows * kw + kh * kw)
     return float(-(-items // tile.threads) * tile.threads * 2 * per_item)

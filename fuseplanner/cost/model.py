@@ -136,18 +136,19 @@ def scheduled(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, batch: int
 
 
 @lru_cache(maxsize=65536)
-def _issued(kind: str, ops: tuple[Op, ...], tile: Tile, e: int, prec: int) -> tuple[float, float]:
-    return issued_per_block(kind, ops, tile, e, prec)
+def _issued(kind: str, ops: tuple[Op, ...], tile: Tile, e: int, prec: int, load_w: float) -> tuple[float, float]:
+    return issued_per_block(kind, ops, tile, e, prec, load_w)
 
 
-def issued(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, precision: str, w: Work, ks: int) -> Work:
+def issued(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, precision: str, w: Work, ks: int,
+           load_w: float) -> Work:  # fmt: skip
     """`w` with the FLOPs a fused kernel's blocks issue on their critical path (`fused.issued_per_block`:
     the kernels' GEMM work split per thread or warp, tensor-core padding and idle units included, and
     the padded DW stencil chunk), which the time model charges at the fused warp rates; `ks` blocks
     of a cluster split share one block's chunks. Other kinds are returned unchanged."""
     if kind not in tiles.FUSED_KINDS:
         return w
-    dw, pw = _issued(kind, ops, tile, DTYPE_BYTES[dtype], math_mode(dtype, precision))
+    dw, pw = _issued(kind, ops, tile, DTYPE_BYTES[dtype], math_mode(dtype, precision), load_w)
     n = w.blocks / ks
     return w._replace(cuda_issue=dw * n, mma_issue=pw * n)
 
@@ -185,7 +186,7 @@ def estimate_ours(
     if bps < 1:
         return Cost(feasible=False, reason=f"{kind} {tile}: no block fits on an SM ({limiter})")
     w, depth, ks = scheduled(kind, ops, tile, dtype, batch, gpu, l1_filtered(km.work(tile, batch, residual), hw, dtype == "fp16"))
-    w = issued(kind, ops, tile, dtype, precision, coresident(w, bps, ks, hw), ks)
+    w = issued(kind, ops, tile, dtype, precision, coresident(w, bps, ks, hw), ks, hw.fused_load_w)
     conc = hw.sm_count * bps
     dram_r, dram_w = dram_traffic(w, conc, hw)
     rates = warp_rates(kind, dtype, precision, hw)

@@ -4,7 +4,11 @@ time = launch + sum over waves of  max(chain x resident ** c, SM compute, SM iss
 chain = iters * latency / depth + memory + own compute
 
 - launch: `launch_overhead_s`, the cost of an empty timed region (measured by `fuseplanner calibrate`:
-  3.7 us on the H100 with L2 flushed): the floor under any kernel.
+  3.7 us on the H100 with L2 flushed): the floor under any kernel; plus `kernel_fixed_s`
+  (layer-by-layer) or `fused_kernel_fixed_s` (fused kinds), what a launch of these kernels takes
+  beyond it whatever its work (first touches after the L2 flush, prologue, tail). Without it the
+  H100 records showed time growing slower than the model's work: fused launches predicted under
+  10 us ran 1.26x longer, those over 70 us 0.80x as long (docs/validation.md, eighteenth session).
 - waves: blocks run in waves of sm_count * blocks_per_sm; the last, partial wave runs
   ceil(rest / sm_count) blocks on min(rest, sm_count) SMs (wave quantisation). A launch of thread-block
   clusters of 4 or more blocks gets only the `cluster_sms` SMs that whole clusters fill (the scheduler
@@ -80,17 +84,18 @@ def mma_rate(dtype: str, precision: str, hw: Hw) -> float:
     return hw.tf32_tc if precision == "tf32" else hw.fp32
 
 
-def warp_rates(kind: str, dtype: str, precision: str, hw: Hw) -> tuple[float, float, float, float, float]:
+def warp_rates(kind: str, dtype: str, precision: str, hw: Hw) -> tuple[float, float, float, float, float, float]:
     """(DW stencil FLOP/s, PW product FLOP/s) one warp of this kernel kind achieves (spec
     `*_warp_flops_per_cycle`), the exponent of the warps per block (`*block_warp_exponent`), the
-    bytes/s one warp loads (`warp_load_bytes_per_cycle`) and the SM issue cap in warps
-    (`fused_sm_issue_warps` for the fused kinds, 0 = none for layer-by-layer ones)."""
+    bytes/s one warp loads (`warp_load_bytes_per_cycle`), the SM issue cap in warps
+    (`fused_sm_issue_warps` for the fused kinds, 0 = none for layer-by-layer ones) and the fixed
+    seconds of a launch of this kind (`kernel_fixed_s` / `fused_kernel_fixed_s`)."""
     half = dtype == "fp16"
     mode = math_mode(dtype, precision)
     lbl = kind in ("dw", "pw", "linear")
     pw = hw.warp_pw if lbl else hw.warp_fused_pw
     dw = hw.warp_dw[half] if lbl else hw.warp_fused_dw
-    return dw, pw[mode], hw.warp_exp[0 if lbl else 1], hw.warp_load, 0.0 if lbl else hw.fused_sm_warps
+    return dw, pw[mode], hw.warp_exp[0 if lbl else 1], hw.warp_load, 0.0 if lbl else hw.fused_sm_warps, hw.fixed[0 if lbl else 1]
 
 
 def _wave(per_sm: int, active: int, c_blk: float, mem_blk: float, t_own: float, t_ld: float, t_lat: float,
@@ -105,10 +110,10 @@ def _wave(per_sm: int, active: int, c_blk: float, mem_blk: float, t_own: float, 
 
 
 def kernel_time(w: Work, dram_bytes: float, bps: int, threads: int, hw: Hw, mma: float,
-                rates: tuple[float, float, float, float, float], depth: int = 1, sms: int = 0) -> float:  # fmt: skip
+                rates: tuple[float, float, float, float, float, float], depth: int = 1, sms: int = 0) -> float:  # fmt: skip
     """Predicted seconds of one launch (see the module docstring); `mma` is the SM-peak rate of the
     PW products, `rates` the (DW, PW) FLOP/s of one warp, the warp exponent, the warp load rate and
-    the SM issue cap (`warp_rates`); `sms` the SMs the launch can use (0: all; `hw.cluster_sms` for a
+    the SM issue cap and the launch's fixed seconds (`warp_rates`); `sms` the SMs the launch can use (0: all; `hw.cluster_sms` for a
     launch of large clusters)."""
     sms = sms or hw.sm_count
     full, rest = divmod(w.blocks, sms * bps)
@@ -122,7 +127,7 @@ def kernel_time(w: Work, dram_bytes: float, bps: int, threads: int, hw: Hw, mma:
     t_ld = (w.ld_read or w.gma_read) / (nb * warps * rates[3])  # one block's reads at what its warps keep in flight
     lat = hw.latency
     t_lat = w.iters * lat / depth
-    t = hw.launch
+    t = hw.launch + rates[5]
     if full:
         t += full * _wave(bps, sms, c_blk, mem_blk, t_own, t_ld, t_lat, lat, hw.coresident_exp)
     if rest:
