@@ -22,7 +22,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 from mbv2_pairs import conv  # noqa: E402
 
-from fuseplanner.ir import Tile  # noqa: E402
+from fuseplanner.ir import Op, Tile  # noqa: E402
+
+
+def linear(name: str, tokens: int, c_in: int, c_out: int) -> Op:
+    """A token-major linear Op record [1, tokens, c_in] -> [1, tokens, c_out] with bias."""
+    return Op(name=name, op_type="MatMul", kind="linear", index=0, inputs=(name + "_in",), outputs=(name + "_out",),
+              input_shapes=((1, tokens, c_in),), output_shapes=((1, tokens, c_out),), epilogue=("bias",),
+              has_bias=True)  # fmt: skip
+
 
 #: name -> (kernel kind, ops, residual)
 CASES = {
@@ -40,6 +48,10 @@ CASES = {
     "pw112": ("pw", (conv("e", "pw", 16, 96, 112, 112),), False),
     # the expansion + DW of MobileNetV2 block 7 (14x14)
     "pwdw14": ("pw_dw", (conv("e", "pw", 64, 384, 14, 14), conv("d", "dw", 384, 384, 14, 14, 3)), False),
+    # MobileViT-XXS transformer linears (256 tokens of 64 channels) and a 1280 -> 1000 classifier
+    "lin64": ("linear", (linear("l", 256, 64, 128),), False),
+    "lin128": ("linear", (linear("l", 256, 128, 64),), False),
+    "cls": ("linear", (linear("l", 1, 1280, 1000),), False),
 }
 
 DEFAULT = [
