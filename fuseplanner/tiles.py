@@ -152,12 +152,12 @@ def dw_vector_elems(w: int, e: int) -> int:
     return next((n // e for n in (8, 4) if n <= DW_VECTOR_BYTES and n >= 2 * e and w % (n // e) == 0), 1)
 
 
-def dw_row_stride(ww: int, w: int, e: int) -> int:
-    """Elements between staged window rows in kernels/dw.cu (`LDX`): a row of `ww` columns staged as
-    aligned vectors from a column rounded down to the vector width (at most VEC - 1 columns more on
-    each side), so any vector width the launch uses fits; `w` is the map width."""
-    vec = dw_vector_elems(w, e)
-    return _rup(ww + vec - 1, vec)
+def dw_row_stride(ops: Sequence[Op], tw: int, e: int) -> int:
+    """Elements between staged window rows in kernels/dw.cu (`LDX`) for a DW op's tiles `tw` outputs
+    wide: the halo row staged as aligned vectors from a column rounded down to the vector width (at
+    most VEC - 1 columns more on each side), so any vector width the launch uses fits."""
+    vec = dw_vector_elems(ops[0].hw_in[1], e)
+    return _rup(_halo("dw", ops, 1, tw)[1] + vec - 1, vec)
 
 
 def smem_bytes(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> int:
@@ -168,10 +168,10 @@ def smem_bytes(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> int:
 def _smem_bytes(kind: str, ops: Sequence[Op], th: int, tw: int, tf: int, tc: int, e: int) -> int:
     """`smem_bytes` of the tile (th, tw, tf, tc) (any thread count) for element size `e`."""
     if kind == "dw":
-        hh, ww = _halo(kind, ops, th, tw)
+        hh = _halo(kind, ops, th, tw)[0]
         kh, kw = ops[0].kernel
         filters = _rup(tf * kh * kw * ACC_BYTES, 16)  # the window starts 16-byte aligned
-        return tf * hh * dw_row_stride(ww, ops[0].hw_in[1], e) * e + filters
+        return tf * hh * dw_row_stride(ops, tw, e) * e + filters
     if kind in ("pw", "linear"):
         # kernels/pw.cu: a pw_stages()-deep ring of pw_stage_bytes() stages
         # weights Ws[tf][tc + PW_KPAD_BYTES/e], inputs Xs[tc][p + PW_XPAD] (NCHW) or Xs[p][tc + pad] (linear)

@@ -3,9 +3,9 @@
 // Block (grid x = spatial tile, y = channel tile, z = image): TF channels x TH x TW outputs.
 // Shared memory (exactly tiles.smem_bytes("dw")): float ws[TF][KH*KW] (padded to 16 bytes) then
 // T xs[TF][HH][LDX], the zero-padded halo window of the TF input planes, each row staged from a
-// VEC-aligned map column (LDX = tiles.dw_row_stride: the widest such row any VEC of this W needs). Each thread computes V vertically adjacent outputs
-// of one column in registers, streaming the window rows once per thread (a row feeds every output
-// whose receptive field covers it).
+// VEC-aligned map column (LDX = tiles.dw_row_stride: the widest such row any VEC of this W needs).
+// Each thread computes V vertically adjacent outputs of one column in registers, streaming the window
+// rows once per thread (a row feeds every output whose receptive field covers it).
 //
 // Defines: T_HALF, TH, TW, TF, THREADS, KH, KW, SH, SW, PAD_T, PAD_L, DIL_H, DIL_W, V, VEC, LDX,
 //          ACT, HAS_BIAS, HAS_RES (see kernels/README.md).

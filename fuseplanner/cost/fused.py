@@ -246,8 +246,6 @@ class PwDwPwModel(FusedModel):
         return w._replace(w_unique=w_u)
 
 
-
-
 def _gemm_issue(g: tiles.BlockGemm, threads: int, prec: int, load_w: float) -> float:
     """FLOP-equivalents a block of `threads` spends on one block GEMM `g` (kernels/fused_common.cuh) as
     its busiest unit executes it, times the units: a unit (a thread for exact fp32, a warp for tensor

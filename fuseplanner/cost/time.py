@@ -95,7 +95,8 @@ def warp_rates(kind: str, dtype: str, precision: str, hw: Hw) -> tuple[float, fl
     lbl = kind in ("dw", "pw", "linear")
     pw = hw.warp_pw if lbl else hw.warp_fused_pw
     dw = hw.warp_dw[half] if lbl else hw.warp_fused_dw
-    return dw, pw[mode], hw.warp_exp[0 if lbl else 1], hw.warp_load, 0.0 if lbl else hw.fused_sm_warps, hw.fixed[0 if lbl else 1]
+    i = 0 if lbl else 1
+    return dw, pw[mode], hw.warp_exp[i], hw.warp_load, 0.0 if lbl else hw.fused_sm_warps, hw.fixed[i]
 
 
 def _wave(per_sm: int, active: int, c_blk: float, mem_blk: float, t_own: float, t_ld: float, t_lat: float,
@@ -112,9 +113,9 @@ def _wave(per_sm: int, active: int, c_blk: float, mem_blk: float, t_own: float, 
 def kernel_time(w: Work, dram_bytes: float, bps: int, threads: int, hw: Hw, mma: float,
                 rates: tuple[float, float, float, float, float, float], depth: int = 1, sms: int = 0) -> float:  # fmt: skip
     """Predicted seconds of one launch (see the module docstring); `mma` is the SM-peak rate of the
-    PW products, `rates` the (DW, PW) FLOP/s of one warp, the warp exponent, the warp load rate and
-    the SM issue cap and the launch's fixed seconds (`warp_rates`); `sms` the SMs the launch can use (0: all; `hw.cluster_sms` for a
-    launch of large clusters)."""
+    PW products, `rates` the (DW, PW) FLOP/s of one warp, the warp exponent, the warp load rate, the
+    SM issue cap and the launch's fixed seconds (`warp_rates`); `sms` the SMs the launch can use (0:
+    all; `hw.cluster_sms` for a launch of large clusters)."""
     sms = sms or hw.sm_count
     full, rest = divmod(w.blocks, sms * bps)
     nb = float(w.blocks)

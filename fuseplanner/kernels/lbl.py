@@ -103,13 +103,13 @@ def prepare_dw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp32",
     th, tw, tf, threads = tile.th, tile.tw, tile.tf, tile.threads
     v = next(v for v in (4, 2, 1) if th % v == 0 and (tf * (th // v) * tw) % threads == 0)
     e = dtype_bytes(dtype)
-    vec = _vector_elems(x.data.ptr, dtype, lambda u: u > 1 and w % u == 0 and u * e <= tiles.DW_VECTOR_BYTES)
+    vec = _vector_elems(x.data.ptr, dtype, lambda u: 1 < u <= tiles.dw_vector_elems(w, e))
     defines = {
         **dtype_defines(dtype),
         **epilogue_defines(op, b is not None, residual is not None),
         "TH": th, "TW": tw, "TF": tf, "THREADS": threads, "KH": kh, "KW": kw, "SH": sh, "SW": sw,
         "PAD_T": op.pads[0], "PAD_L": op.pads[1], "DIL_H": dh, "DIL_W": dwl, "V": v, "VEC": max(vec, 1),
-        "LDX": tiles.dw_row_stride((tw - 1) * sw + (kw - 1) * dwl + 1, w, e),
+        "LDX": tiles.dw_row_stride(ops, tw, e),
     }
     kernel = _build.compile_kernel("dw.cu", "dw_kernel", defines)
     tiles_w = math.ceil(wo / tw)
