@@ -48,6 +48,8 @@ CASES = {
     "pw112": ("pw", (conv("e", "pw", 16, 96, 112, 112),), False),
     # the expansion + DW of MobileNetV2 block 7 (14x14)
     "pwdw14": ("pw_dw", (conv("e", "pw", 64, 384, 14, 14), conv("d", "dw", 384, 384, 14, 14, 3)), False),
+    # MnasNet's 192 -> 1152 expansion at 7x7 (weight-dominated; odd output rows)
+    "pw7": ("pw", (conv("e", "pw", 192, 1152, 7, 7),), False),
     # MobileViT-XXS transformer linears (256 tokens of 64 channels) and a 1280 -> 1000 classifier
     "lin64": ("linear", (linear("l", 256, 64, 128),), False),
     "lin128": ("linear", (linear("l", 256, 128, 64),), False),
@@ -104,12 +106,13 @@ COLUMNS = {
 }
 
 
-def counters(folder: Path) -> list[tuple[str, dict[str, float]]]:
-    """(config, {metric: value}) per launched config, from scripts/probe_reads.sh's output folder."""
+def counters(folder: Path, stem: str = "probe_reads") -> list[tuple[str, dict[str, float]]]:
+    """(config, {metric: value}) per launched config, from scripts/probe_reads.sh's output folder
+    (`stem`.csv and `stem`.jsonl)."""
     from fuseplanner.ncu import parse_csv
 
-    per = [dict(k.metrics) for k in parse_csv((folder / "probe_reads.csv").read_text())]
-    cfgs = [json.loads(line)["config"] for line in (folder / "probe_reads.jsonl").read_text().splitlines()
+    per = [dict(k.metrics) for k in parse_csv((folder / f"{stem}.csv").read_text())]
+    cfgs = [json.loads(line)["config"] for line in (folder / f"{stem}.jsonl").read_text().splitlines()
             if line.startswith("{") and '"error"' not in line]
     if len(cfgs) != len(per):
         raise SystemExit(f"{len(cfgs)} launched configs but {len(per)} profiled kernels in {folder}")
@@ -145,16 +148,22 @@ def main(argv=None) -> int:
     if args.report:
         report(Path(args.report), args.gpu)
         return 0
-    for cfg in args.configs:
-        if args.list:
-            print(cfg)
-            continue
+    if args.list:
+        print("\n".join(args.configs))
+        return 0
+    launch_all(args.configs, launch_once)
+    return 0
+
+
+def launch_all(configs, launch) -> None:
+    """Launch each config once, printing one JSON line per config (its result, or its error: the
+    kernel order must stay, the CSV rows are matched by position)."""
+    for cfg in configs:
         try:
-            r = launch_once(cfg)
-        except Exception as exc:  # keep the kernel order: the CSV rows are matched by position
+            r = launch(cfg)
+        except Exception as exc:
             r = {"config": cfg, "error": f"{type(exc).__name__}: {exc}"}
         print(json.dumps(r), flush=True)
-    return 0
 
 
 if __name__ == "__main__":

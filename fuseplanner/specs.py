@@ -82,8 +82,8 @@ KERNEL_RATE_DEFAULTS: dict[str, float] = {
     "fused_pw_warp_flops_per_cycle_tf32": 151.624,
     "fused_pw_warp_flops_per_cycle_fp16": 151.129,
     "fused_dw_warp_flops_per_cycle": 15.473,
-    "fused_weight_l2_fraction": 0.8,
-    "fused_weight_l2_fraction_fp16": 1.4,
+    "fused_weight_l2_fraction": 1.05,
+    "fused_weight_l2_fraction_fp16": 1.3,
     "fused_weight_load_fraction": 0.7,
     "block_warp_exponent": 1.0,
     "fused_block_warp_exponent": 0.91,
@@ -119,6 +119,7 @@ class Hw(NamedTuple):
     launch: float
     latency: float
     clock_hz: float
+    coalesce: float  # consecutive blocks whose concurrent reads of the same sectors L2 sees once
     #: achieved FLOP/s of one warp of fuseplanner's kernels (rate per cycle x clock): DW stencil,
     #: layer-by-layer PW/linear by math mode, and the PW stages of fused kernels by math mode
     warp_dw: tuple[float, float]  # fp32, fp16 storage
@@ -169,6 +170,10 @@ class GpuSpec(BaseModel):
     sector_bytes: Literal[32] = Field(default=32, description="L2 sector; every CUDA GPU since Maxwell uses 32")
     reg_alloc_unit: int = Field(default=256, gt=0, description="registers allocated per warp in these units")
     l2_usable_fraction: float = Field(default=0.75, gt=0, le=1)
+    l2_coalesce_blocks: float = Field(
+        default=1.0, ge=1,
+        description="blocks consecutive in a grid whose reads of the same sectors at about the same time reach "
+        "L2 as one (the H100's L2 request coalescer; benchmarks/probe_copy.py, the cR patterns): 1 = none")
     dw_warp_flops_per_cycle_fp32: float = Field(
         default=KERNEL_RATE_DEFAULTS["dw_warp_flops_per_cycle_fp32"], gt=0,
         description="achieved FLOPs per warp per clock of the depthwise stencil (layer by layer and fused), fp32 storage")
@@ -201,13 +206,13 @@ class GpuSpec(BaseModel):
     fused_weight_l2_fraction: float = Field(
         default=KERNEL_RATE_DEFAULTS["fused_weight_l2_fraction"], gt=0, le=2,
         description="L2 read sectors per modelled sector of a fused kernel's per-block copies of its packed PW "
-        "weights (16-byte cp.async.cg, around L1), fp32 storage (below 1: part of them reach L2 through its "
-        "fabric, which the L2 read counter omits); its DW filters and biases go through L1 and reach L2 "
-        "once (cost/model.py l1_filtered)")
+        "weights (16-byte cp.async.ca), fp32 storage, beyond what the L2 merges of the concurrent copies of "
+        "neighbouring blocks (l2_coalesce_blocks); its DW filters and biases go through L1 and reach L2 once "
+        "(cost/model.py l1_filtered)")
     fused_weight_l2_fraction_fp16: float = Field(
         default=KERNEL_RATE_DEFAULTS["fused_weight_l2_fraction_fp16"], gt=0, le=2,
         description="the same for fp16 storage (above 1 on the H100: its fp16 weight copies cost more L2 "
-        "sectors than the packed bytes; scripts/probe_reads.sh)")
+        "sectors than the packed bytes)")
     fused_weight_load_fraction: float = Field(
         default=KERNEL_RATE_DEFAULTS["fused_weight_load_fraction"], gt=0, le=2,
         description="share of a fused kernel's per-block weight reads (packed PW weights, DW filters, "
@@ -299,6 +304,7 @@ class GpuSpec(BaseModel):
             self.l2_bytes, float(e("l2_usable_fraction")), self.sector_bytes, float(e("dram_bw_bytes_per_s")),
             float(e("l2_bw_bytes_per_s")), float(e("fp32_flops")), float(e("fp16_flops")), float(fp16_tc),
             float(tf32_tc), float(e("launch_overhead_s")), float(e("mem_latency_s")), float(self.clock_hz),
+            float(self.l2_coalesce_blocks),
             tuple(float(e(f"dw_warp_flops_per_cycle_{m}")) * self.clock_hz for m in ("fp32", "fp16")),
             tuple(float(e(f"pw_warp_flops_per_cycle_{m}")) * self.clock_hz for m in ("fp32", "tf32", "fp16")),
             tuple(float(e(f"fused_pw_warp_flops_per_cycle_{m}")) * self.clock_hz for m in ("fp32", "tf32", "fp16")),

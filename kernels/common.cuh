@@ -166,16 +166,16 @@ __device__ __forceinline__ void dw_rows(const S* base, const Wt& w, float (&acc)
 
 // ---- cp.async (sm_80+) -------------------------------------------------------------------------
 // Copy CP (4, 8 or 16) bytes of which the first `n` (0 <= n <= CP) are read from global memory and the
-// rest zero-filled (cp.async's source size; `gmem` must be a valid address even when n is 0). 16-byte
-// copies bypass L1 (.cg), smaller ones go through it (.ca).
+// rest zero-filled (cp.async's source size; `gmem` must be a valid address even when n is 0). Every
+// size goes through L1 (.ca), 16-byte copies included: a 16-byte cp.async.cg (around L1) whose shared
+// destination rows are padded by 16 bytes, as the kernels' stages are against bank conflicts, reads
+// 1.5x its sectors from L2 on the H100, and by 32 or 64 bytes it splits into more L2 requests, which
+// defeats the L2's coalescing of the same sectors asked for by several SMs at once; .ca copies read
+// exactly their sectors with any padding (benchmarks/probe_copy.py, docs/validation.md).
 template <int CP>
 __device__ __forceinline__ void cp_async_bytes(void* smem, const void* gmem, int n) {
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    if (CP == 16) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
-    } else {
-        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(s), "l"(gmem), "n"(CP), "r"(n));
-    }
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(s), "l"(gmem), "n"(CP), "r"(n));
 }
 // Copy BYTES (4, 8 or 16) from global to shared memory; when `pred` is false the destination is
 // zero-filled and nothing is read (src must still be a valid address).

@@ -39,9 +39,11 @@ from fuseplanner.ir import Cost, Tile
 from fuseplanner.specs import GpuSpec, gpu
 
 #: The H100 with its fused-kernel weight-read factors (fp32 and fp16) pinned at 0.3 (the value of the hand arithmetic below), so
-#: that a refit of the bundled kernel fields does not move the traffic cases.
+#: that a refit of the bundled kernel fields does not move the traffic cases, and without the L2's
+#: merging of neighbouring blocks' reads (l2_coalesce_blocks 1: every block's copy counts; the merging
+#: has its own tests below, with the H100's measured value).
 H100 = GpuSpec.model_validate({**gpu("h100").model_dump(), "fused_weight_l2_fraction": 0.3,
-                               "fused_weight_l2_fraction_fp16": 0.3})
+                               "fused_weight_l2_fraction_fp16": 0.3, "l2_coalesce_blocks": 1.0})
 #: The H100 with pinned timing numbers, so that the hand-computed times below do not move when the
 #: bundled spec is recalibrated: datasheet L2 bandwidth (10 TB/s), launch overhead (2.1 us) and FP32
 #: peak (66.9 TFLOP/s), DRAM at BACKGROUND section 4's 2.94 TB/s, and fixed kernel rates.
@@ -89,9 +91,11 @@ def test_dw_fp16_stride2():
     # rows: [-1,8)->8, [7,16)->9 = 17; cols: [0,16) = 32 B at phase 0 (pitch 32) -> 1;  per plane 17
     # input 32 planes * 17 = 544; weights fp32: 2 parts of 16*9*4 = 576 B (18 + 18) + fp32 bias
     #   2 x 64 B (2 + 2) = 40 per spatial tile x 2 = 80;  read = 624 sectors = 19,968 B
-    # write: 32 planes x 8 rows x 16 B (pitch 16: phases 0/16, one sector either way) = 256 = 8,192 B
+    # write: rows of 16 B are narrower than a sector, so a tile's 4 rows (64 contiguous bytes, the
+    # plane at phase 0 or 16 x 8 x 8 x 2 = 128 B: aligned) write 2 sectors together: 32 planes x 2
+    # tiles x 2 = 128 sectors = 4,096 B (per row segment it would be 256)
     # DRAM: input 32*16*16*2 = 16,384 + weights 32*9*4 = 1,152 + bias 32*4 = 128 -> 17,664 B
-    check(c, 19_968, 8_192, 17_664, 2 * 9 * 32 * 64, 0, 4)
+    check(c, 19_968, 4_096, 17_664, 2 * 9 * 32 * 64, 0, 4)
 
 
 def test_dw_unaligned_batch2_residual():
@@ -138,9 +142,10 @@ def test_pw_fp16_stride2():
     # out 4x4, one tile; each plane: 4 strided rows x span of 7 elements = 14 B (pitch 16, p 0/16) -> 1
     #   -> 4; x 16 planes = 64;  weights (fp16) 32 rows x 32 B = 32, fp32 bias 32 x 4 = 128 B = 4 -> 36
     #   read = 100 = 3,200 B
-    # write 32 x 4 rows x 8 B (pitch 8, any phase) -> 1 each = 128 = 4,096 B
+    # write: rows of 8 B are narrower than a sector, so the tile's 4 rows (the whole 32 B plane, phase
+    #   0) are written together: 1 sector per plane x 32 = 32 = 1,024 B (per row segment: 128)
     # DRAM: the strided rows 0,2,4,6 touch all 4 sectors of each 128 B plane: 2,048 + 1,024 + 128 = 3,200
-    check(c, 3_200, 4_096, 3_200, 2 * 16 * 32 * 16, 0, 1)
+    check(c, 3_200, 1_024, 3_200, 2 * 16 * 32 * 16, 0, 1)
 
 
 def test_pw_whole_map_writes_channel_runs():
@@ -225,9 +230,10 @@ def test_pw_dw_fp16():
     #   -> 1-3 = 3; 6 per plane x 8 planes = 48 (fp32: 10 rows x 1 sector of 32 B = 10 per plane)
     # weights per tile: PW packed fp16, rows of 16 x 2 = 32 B aligned -> 8 rows = 8 + bias 2, DW fp32
     #   18 + bias 2 -> 30 x 2 = Wr 60; Wu = 30, Wc = 8 x 2 = 16 -> keep = max(4.8, min(30, 60)) = 30
-    # read 48 + 30 = 78 = 2,496 B; write 128 = 4,096 B
+    # read 48 + 30 = 78 = 2,496 B; write: 16 B output rows share sectors, a 4x8 tile's rows are 64
+    #   contiguous bytes (phase 0) = 2 sectors, 2 tiles x 16 planes = 64 = 2,048 B (per row: 128)
     # DRAM input 1,024 + PW fp16 256 + bias 64 + DW 576 + 64 = 1,984
-    check(c, 2_496, 4_096, 1_984, 34_816, 4_096, 2)
+    check(c, 2_496, 2_048, 1_984, 34_816, 4_096, 2)
 
 
 def test_pw_dw_batch2():
@@ -310,9 +316,10 @@ def test_dw_pw_fp16_packed_weights():
     #   -> 36 per spatial tile -> 72;  Wr = 80 + 72 = 152
     # Wu = DW 576 B = 18 + bias 2, packed PW 2 x 16 x 32 B = 32 + bias 4 -> 56
     #   Wc = 32 x 2 = 64 -> keep = max(0.3 x 64 = 19.2, min(56, 152)) = 56; read 192 + 56 = 248 = 7,936 B
-    # write: 32 planes x 8 rows x 16 B (1 sector) = 256 = 8,192 B
+    # write: 16 B rows share sectors, a tile's 4 rows = 64 contiguous bytes = 2 sectors: 32 planes x
+    #   2 tiles x 2 = 128 = 4,096 B (per row segment: 256)
     # DRAM: input 16 x 64 x 2 = 2,048 + DW 640 + PW 1,024 + bias 128 = 3,840
-    check(c, 7_936, 8_192, 3_840, 83_968, 18_432, 4)
+    check(c, 7_936, 4_096, 3_840, 83_968, 18_432, 4)
     # compulsory: PW weights in fp16 (16 x 32 x 2 = 1,024), DW weights and both biases fp32 (576 + 64 + 128)
     assert compulsory("dw_pw", DW_PW, "fp16", 1)["weights"] == 1_024 + 576 + 64 + 128
 
@@ -391,9 +398,10 @@ def test_pw_dw_pw_fp16():
     #   weights packed in fp16, DW weights and all
     #   biases fp32: per tile W1 128 el x 2 B = 256 B = 8 + bias 2, DW 18 + 2, W3 16 rows x 8 x 2 B
     #   = 256 B = 8 + bias 1 -> 39 x 2 = Wr 78; Wu 39, Wc (8 + 8) x 2 = 32 -> keep = max(9.6, 39) = 39
-    #   read 48 + 39 = 87 = 2,784 B
+    #   read 48 + 39 = 87 = 2,784 B; write: 8 planes x 2 tiles x 2 sectors (a tile's 4 rows of 16 B
+    #   are 64 contiguous bytes) = 32 = 1,024 B (per row segment: 64)
     # DRAM 1,024 + (256 + 64) + (576 + 64) + (256 + 32) = 2,272
-    check(c, 2_784, 2_048, 2_272, 51_200, 4_096, 2)
+    check(c, 2_784, 1_024, 2_272, 51_200, 4_096, 2)
 
 
 def test_pw_dw_pw_batch2():
@@ -605,3 +613,35 @@ def test_estimate_op_views_conv_and_opaque():
     assert c.time_s > H100.launch_overhead_s
     layer = estimate_op(pw(32, 64, 16, 16), "fp32", 1, H100)
     assert layer.feasible and layer.kernels[0].kind == "pw"
+
+
+# ---------------------------------------------------------------- L2 merging of neighbouring blocks' reads
+
+
+def test_coalesced_by_hand():
+    # benchmarks/probe_copy.py on the H100: R consecutive readers -> max(1/R, 1/3.77) of their reads
+    assert cost_model.coalesced(1, 1, 3.77) == 1.0
+    assert cost_model.coalesced(2, 1, 3.77) == 0.5  # two neighbours: one read reaches L2
+    assert cost_model.coalesced(16, 1, 3.77) == pytest.approx(1 / 3.77)
+    assert cost_model.coalesced(8, 2, 3.77) == pytest.approx(2 / 3.77)  # readers 2 blocks apart
+    assert cost_model.coalesced(8, 16, 3.77) == 1.0  # readers 16 blocks apart: nothing merged
+    assert cost_model.coalesced(8, 1, 1.0) == 1.0  # a GPU without merging
+
+
+def test_linear_weight_reads_merge_across_token_tiles():
+    # 256 tokens, 64 -> 128, tile 16x1/f16/c64: nsp 16 token tiles, nf 8 filter tiles. Each token
+    # tile reads every filter tile's weights: 128 x 64 x 4 B = 1,024 sectors + bias in 8 parts of
+    # 64 B = 16 -> 1,040 per token tile, x 16 = 16,640 sectors (Wr). The 16 readers of a filter tile
+    # are consecutive blocks: with the H100's 3.77, L2 sees max(1/16, 1/3.77) of them:
+    # 16,640 / 3.77 = 4,413.8 sectors (above the floor of one read, 1,040), 12,226.2 fewer.
+    # The tokens (read by the 8 filter tiles, 16 blocks apart) are not merged.
+    op = linear(256, 64, 128)
+    tile = Tile(16, 1, 16, 64, 256)
+    off = estimate("linear", (op,), tile, "fp32", 1, H100)
+    on = estimate("linear", (op,), tile, "fp32", 1, replace_spec(H100, l2_coalesce_blocks=3.77))
+    assert off.gma_read_bytes - on.gma_read_bytes == pytest.approx(32 * (16_640 - 16_640 / 3.77), abs=32)
+    assert on.gma_write_bytes == off.gma_write_bytes and on.time_s == off.time_s  # loads still ask for them
+
+
+def replace_spec(spec: GpuSpec, **fields) -> GpuSpec:
+    return GpuSpec.model_validate({**spec.model_dump(), **fields})

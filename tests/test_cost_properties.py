@@ -42,11 +42,12 @@ from fuseplanner.cost.shapes import geom
 from fuseplanner.ir import Tile
 from fuseplanner.specs import GpuSpec, gpu
 
-#: the H100 with one weight-read factor for both storage dtypes (the bundled fp16 one is above 1: its
-#: fp16 kernels' weight copies cost more L2 sectors than their bytes; the properties below are about
-#: the traffic model's structure, which holds for any factor <= 1 shared by both dtypes)
-H100 = GpuSpec.model_validate({**gpu("h100").model_dump(),
-                               "fused_weight_l2_fraction_fp16": gpu("h100").fused_weight_l2_fraction})
+#: the H100 with one weight-read factor for both storage dtypes (the bundled ones are above 1: its
+#: kernels' weight copies cost more L2 sectors than their bytes; the properties below are about the
+#: traffic model's structure, which holds for any factor <= 1 shared by both dtypes), without the L2's
+#: merging of neighbouring blocks' reads (l2_coalesce_blocks 1)
+H100 = GpuSpec.model_validate({**gpu("h100").model_dump(), "fused_weight_l2_fraction": 0.8,
+                               "fused_weight_l2_fraction_fp16": 0.8, "l2_coalesce_blocks": 1.0})
 #: the H100 without L1 filtering of fused kernels' weight re-reads (all of them reach L2)
 H100_NO_L1 = GpuSpec.model_validate({**H100.model_dump(), "fused_weight_l2_fraction": 1.0,
                                      "fused_weight_l2_fraction_fp16": 1.0})

@@ -57,6 +57,8 @@ COMBOS = [
                             "THREADS": 64}, False),
     ("pw.cu", "pw_kernel", {**BASE_PW, "KS": 4, "CL": 1, "TH": 64, "TW": 1, "USE_TC": 1, **MMA, "ACT": 6}, True),
     ("probe_placement.cu", "probe_placement", {"THREADS": 256, "KS": 8}, True),
+    ("probe_copy.cu", "probe_copy", {"MODE": 1, "VB": 16, "SEG": 256, "ROWS": 16, "PITCH": 256, "REGION": 4096,
+                                     "DIV": 4, "NDIST": 33, "THREADS": 256, "SMEM": 4352, "PAD": 16}, True),
 ]
 
 SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -87,7 +89,7 @@ def test_every_kernel_source_compiles_for_sm90_without_spills():
 
 
 def test_every_source_is_compile_checked():
-    # here: the layer-by-layer kernels and the placement probe; tests/test_fused_sources.py: fused_*.cu
+    # here: the layer-by-layer kernels and the placement and copy probes; tests/test_fused_sources.py: fused_*.cu
     from fuseplanner import tiles
 
     sources = {p.name for p in kernels_dir().glob("*.cu")}

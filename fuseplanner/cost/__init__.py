@@ -124,6 +124,7 @@ def best_tile(
     mma = mma_rate(dtype, precision, hw)
     rates = warp_rates(kind, dtype, precision, hw)
     by_time, by_gma = objective == "time", objective == "gma"
+    fused = kind in tiles.FUSED_KINDS
     occupancy: dict[tuple[int, int, int], int] = {}
     best: tuple[float, float, float, float] | None = None
     best_i = skipped = None
@@ -144,7 +145,9 @@ def best_tile(
         key = (tile.th, tile.tw, tile.tf, tile.tc)
         if key != shape:  # tiles that differ only in threads move and compute the same (one Work)
             shape = key
-            w, depth, ks = scheduled(kind, ops, tile, dtype, batch, gpu, l1_filtered(work(tile, batch, residual), hw, dtype == "fp16"))
+            ks = tiles.cluster_split(kind, ops, tile, batch, gpu, dtype)
+            w = l1_filtered(work(tile, batch, residual), hw, dtype == "fp16", fused, ks)
+            w, depth, ks = scheduled(kind, ops, tile, dtype, batch, gpu, w)
             gma_by_bps.clear()
             dram_by_bps.clear()
         gma = gma_by_bps.get(bps)

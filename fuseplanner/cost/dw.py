@@ -62,7 +62,7 @@ class DwModel(KernelModel):
         g, e = self.gs[0], self.e
         hh, ww = halo(g, th, tw)
         nsp = cdiv(g.ho, th) * cdiv(g.wo, tw)
-        return nsp, *window_sectors(g, hh, ww, th, tw, e), window_unique(g, hh, ww, th, tw, e), out_plane_sectors(g, tw, e)
+        return nsp, *window_sectors(g, hh, ww, th, tw, e), window_unique(g, hh, ww, th, tw, e), out_plane_sectors(g, tw, e, th)
 
     def channel(self, tf: int, tc: int) -> tuple:
         g = self.gs[0]

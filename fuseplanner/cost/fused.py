@@ -111,7 +111,7 @@ class PwDwModel(FusedModel):
         in_plane, in_req, rows, cols = expansion_window(gp, gd, th, tw, self.e)
         nsp = cdiv(gd.ho, th) * cdiv(gd.wo, tw)
         pw_done = max(2.0 * gp.c * gp.co * rows * cols, 2.0 * gp.macs)
-        return nsp, gp.c * in_plane, gd.co * out_plane_sectors(gd, tw, self.e), pw_done, gp.c * (in_req - in_plane)
+        return nsp, gp.c * in_plane, gd.co * out_plane_sectors(gd, tw, self.e, th), pw_done, gp.c * (in_req - in_plane)
 
     def channel(self, tf: int, tc: int) -> tuple:
         gp, gd = self.gs
@@ -163,7 +163,7 @@ class DwPwModel(FusedModel):
         hh, ww = halo(gd, th, tw)
         nsp = cdiv(gp.ho, th) * cdiv(gp.wo, tw)
         in_d, in_r = window_sectors(gd, hh, ww, th, tw, e)
-        return (nsp, gd.c * in_d, gd.c * window_unique(gd, hh, ww, th, tw, e), gp.co * out_plane_sectors(gp, tw, e),
+        return (nsp, gd.c * in_d, gd.c * window_unique(gd, hh, ww, th, tw, e), gp.co * out_plane_sectors(gp, tw, e, th),
                 gd.c * (in_r - in_d))  # fmt: skip
 
     def channel(self, tf: int, tc: int) -> tuple:
@@ -189,7 +189,7 @@ class PwPwModel(FusedModel):
         if g1.tokens_major:
             return cdiv(g2.ho, th), block_split_sectors(g1.h * g1.c, th * g1.c, e), 0.0
         nsp = cdiv(g2.ho, th) * cdiv(g2.wo, tw)
-        return nsp, g1.c * pw_in_sectors(g1, th, tw, e), g2.co * out_plane_sectors(g2, tw, e)
+        return nsp, g1.c * pw_in_sectors(g1, th, tw, e), g2.co * out_plane_sectors(g2, tw, e, th)
 
     def channel(self, tf: int, tc: int) -> tuple:
         # every block reads all of W1 (packed by tc) and its filter tile of W2 (packed by tf); the
@@ -205,6 +205,10 @@ class PwPwModel(FusedModel):
         g1, g2 = self.gs
         nsp, in_s, out_s = sp
         nf, w1, w2, out_c, iters, w_u, b1, b2 = ch
+        if nsp == 1 and not g2.tokens_major:
+            # one tile covers the map: a filter tile's tf output planes are one contiguous run (a 1x1
+            # squeeze-excite map writes whole channel runs, not one sector per channel), as `pw.PwModel`
+            out_s = block_split_sectors(g2.co * g2.ho * g2.wo, tile.tf * g2.ho * g2.wo, self.e)
         w = self.assemble(b, residual, nf * in_s, nsp * (nf * w1 + w2), out_s + out_c, nf, nsp, iters,
                           0.0, nf * 2.0 * g1.macs + 2.0 * g2.macs, input_unique(g1, self.e, b), 0.0,
                           nsp * (nf * b1 + b2))  # fmt: skip
@@ -222,7 +226,7 @@ class PwDwPwModel(FusedModel):
         in_plane, in_req, rows, cols = expansion_window(g1, gd, th, tw, self.e)
         nsp = cdiv(g2.ho, th) * cdiv(g2.wo, tw)
         pw1_done = max(2.0 * g1.c * g1.co * rows * cols, 2.0 * g1.macs)
-        return nsp, g1.c * in_plane, g2.co * out_plane_sectors(g2, tw, self.e), pw1_done, g1.c * (in_req - in_plane)
+        return nsp, g1.c * in_plane, g2.co * out_plane_sectors(g2, tw, self.e, th), pw1_done, g1.c * (in_req - in_plane)
 
     def channel(self, tf: int, tc: int) -> tuple:
         # every block reads all of W1 (packed by tc) and all DW filters and its filter tile of W3

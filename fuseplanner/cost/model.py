@@ -97,22 +97,40 @@ def dram_traffic(w: Work, conc: int, hw: Hw) -> tuple[float, float]:
     return reads + extra, dram_write_bytes(w.out_unique, reads + w.out_unique, cap)
 
 
-def l1_filtered(w: Work, hw: Hw, half: bool) -> Work:
-    """`w` with a fused kernel's per-block weight reads scaled to what the L2 read counter sees: the
-    packed PW weight copies (16-byte `cp.async.cg`, around L1) at `fused_weight_l2_fraction` (`_fp16`
-    for fp16 storage; fitted to Nsight Compute counters on the H100), the DW filters and biases
-    (4-byte `cp.async.ca` and `__ldg`, through L1, every block of an SM reading the same ones) not
-    again after their first read: never below one read of every weight. And with the bytes the time
-    model charges the blocks' loads (`req_read`: window rows that share sectors at their requested
-    size, and `fused_weight_load_fraction` of all weight reads, L1 hits included, never below one
-    read of every weight; `ld_read`, the same without the floor: the floor is a total, not a
-    per-block cost)."""
+def coalesced(readers: int, spacing: int, blocks: float) -> float:
+    """Share of `readers` blocks' reads of the same sectors that reach L2 when the readers are
+    `spacing` blocks apart in the grid and L2 sees the concurrent reads of `blocks` consecutive
+    blocks as one (`l2_coalesce_blocks`; benchmarks/probe_copy.py on the H100: 2 consecutive readers
+    0.50, 4 to 132 consecutive readers 0.25-0.28): never below one read."""
+    if readers <= 1:
+        return 1.0
+    return max(1.0 / readers, min(1.0, spacing / blocks))
+
+
+def l1_filtered(w: Work, hw: Hw, half: bool, fused: bool, ks: int = 1) -> Work:
+    """`w` with its per-block weight reads scaled to what the L2 read counter sees, never below one
+    read of every weight. Every spatial tile of a filter tile reads that tile's weights, the blocks
+    `ks` apart in the grid (`ks` > 1: a cluster split's ranks between them), so L2 sees a
+    `coalesced` share of them (the layer-by-layer PW/linear kernel's weight rows count at that
+    share). Of it, a fused kernel's packed PW weight copies count at `fused_weight_l2_fraction`
+    (`_fp16` for fp16 storage; fitted to Nsight Compute counters on the H100) and its DW filters and
+    biases (read by every block of an SM) not again after their first read. Every copy goes through
+    L1 (kernels/common.cuh). And with the bytes the time model charges
+    the blocks' loads (`req_read`: window rows that share sectors at their requested size and, for
+    the fused kinds, `fused_weight_load_fraction` of all weight reads, L1 hits included, never below
+    one read of every weight; `ld_read`, the same without the floor: the floor is a total, not a
+    per-block cost); the layer-by-layer kernels' loads are charged every weight read."""
     act = w.gma_read - w.w_read + w.l1_hits
     if not w.w_read:
         return w._replace(req_read=act, ld_read=act)
-    share = hw.fused_w_load * w.w_read
     floor = min(w.w_unique, w.w_read)
-    keep = max(hw.fused_w_l2[half] * (w.w_read - w.w_l1), floor)
+    co = coalesced(w.nsp, ks, hw.coalesce)
+    if not fused:
+        keep = max(co * w.w_read, floor)
+        return w._replace(gma_read=w.gma_read - w.w_read + keep, w_read=keep, req_read=act + w.w_read,
+                          ld_read=act + w.w_read)
+    share = hw.fused_w_load * w.w_read
+    keep = max(hw.fused_w_l2[half] * co * (w.w_read - w.w_l1), floor)
     return w._replace(gma_read=w.gma_read - w.w_read + keep, w_read=keep, req_read=act + max(share, floor),
                       ld_read=act + share)
 
@@ -154,14 +172,17 @@ def issued(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, precision: st
 
 
 def coresident(w: Work, bps: int, ks: int, hw: Hw) -> Work:
-    """`w` with the input re-reads that co-resident blocks of one SM share through L1
-    (`traffic.coresident_share`) moved from `gma_read` to `l1_hits`: L2 sees them once, the loads
-    still request them (the time model's `req_read`/`ld_read` are unchanged). Only the fused kinds
-    set `in_read` (their 4-byte window copies allocate in L1; the pw kernel's 16-byte ones do not).
-    Not for cluster launches (`ks` > 1), which the scheduler places per GPU processing cluster."""
+    """`w` with the input re-reads that never reach L2 moved from `gma_read` to `l1_hits` (L2 sees
+    them once, the loads still request them: the time model's `req_read`/`ld_read` are unchanged): of
+    the windows each filter tile reads again (`in_read`, every kind but dw), those that co-resident
+    blocks of one SM share through L1 (`traffic.coresident_share`) or whose reads L2 merges
+    (`coalesced`: the filter tiles of a spatial tile are `nsp` blocks apart). Every copy goes through
+    L1 (kernels/common.cuh). Not for cluster launches (`ks` > 1), which the scheduler places per GPU
+    processing cluster."""
     if not w.in_read or ks > 1:
         return w
-    saved = w.in_read * (1.0 - coresident_share(w.nsp, w.nf, hw.sm_count, bps))
+    share = coresident_share(w.nsp, w.nf, hw.sm_count, bps) * coalesced(w.nf, w.nsp, hw.coalesce)
+    saved = w.in_read * (1.0 - max(share, 1.0 / max(w.nf, 1)))
     if saved <= 0.0:
         return w
     return w._replace(gma_read=w.gma_read - saved, l1_hits=w.l1_hits + saved, in_read=w.in_read - saved)
@@ -185,7 +206,9 @@ def estimate_ours(
     bps, limiter = blocks_per_sm(smem, tile.threads, regs, hw)
     if bps < 1:
         return Cost(feasible=False, reason=f"{kind} {tile}: no block fits on an SM ({limiter})")
-    w, depth, ks = scheduled(kind, ops, tile, dtype, batch, gpu, l1_filtered(km.work(tile, batch, residual), hw, dtype == "fp16"))
+    ks = tiles.cluster_split(kind, ops, tile, batch, gpu, dtype)
+    w = l1_filtered(km.work(tile, batch, residual), hw, dtype == "fp16", kind in tiles.FUSED_KINDS, ks)
+    w, depth, ks = scheduled(kind, ops, tile, dtype, batch, gpu, w)
     w = issued(kind, ops, tile, dtype, precision, coresident(w, bps, ks, hw), ks, hw.fused_load_w)
     conc = hw.sm_count * bps
     dram_r, dram_w = dram_traffic(w, conc, hw)

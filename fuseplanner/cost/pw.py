@@ -59,7 +59,7 @@ class PwModel(KernelModel):
         g, e = self.gs[0], self.e
         if g.tokens_major:
             return cdiv(g.ho, th), 0.0, 0.0
-        return cdiv(g.ho, th) * cdiv(g.wo, tw), g.c * pw_in_sectors(g, th, tw, e), g.co * out_plane_sectors(g, tw, e)
+        return cdiv(g.ho, th) * cdiv(g.wo, tw), g.c * pw_in_sectors(g, th, tw, e), g.co * out_plane_sectors(g, tw, e, th)
 
     def channel(self, tf: int, tc: int) -> tuple:
         g, e = self.gs[0], self.e
@@ -98,4 +98,6 @@ class PwModel(KernelModel):
             blocks=nsp * nf * b,
             nf=nf,
             nsp=nsp,
+            w_read=32.0 * b * nsp * w_sec,
+            in_read=32.0 * b * in_r,
         )

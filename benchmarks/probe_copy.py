@@ -1,0 +1,161 @@
+"""Launch the copy probe (kernels/probe_copy.cu) once per pattern so that Nsight Compute can read
+what the L2 read counter sees for one global -> shared copy pattern and instruction: whether L2
+serves the sectors the blocks ask for, or more (the linear and fp16 weight copies of the kernels read
+1.3-1.5x their sectors, docs/validation.md), independent of any kernel's math.
+
+    bash scripts/probe_reads.sh OUT --copy [PATTERN:MODE:VB ...]    # on the GPU, under ncu
+    python3 benchmarks/probe_copy.py --report OUT                    # CPU: counters vs sectors asked for
+
+PATTERN names one of PATTERNS; optional fields after VB: kbN (each block's shared memory, N KB, which
+the L1 gives up: kb200 leaves it about 28 KB) and padN (N bytes between the shared rows, as the
+kernels pad their stages); MODE is cg (cp.async.cg), ca (cp.async.ca), ld (ld.global + st.shared)
+or nc (ld.global.nc); VB the bytes per thread and instruction (4, 8, 16; cg needs 16).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+#: name -> (blocks, SEG bytes per row, ROWS, PITCH, REGION, DIV, NDIST, what it mimics)
+PATTERNS = {
+    # 512 KB read once, 4 KB contiguous per block
+    "once": (128, 256, 16, 256, 4096, 1, 128, "stream, read once"),
+    # 4 MB read once
+    "once4m": (1024, 256, 16, 256, 4096, 1, 1024, "stream, read once, 4 MB"),
+    # lin64's weights: 8 filter tiles of 16 rows x 256 B, each read by 16 consecutive blocks
+    "w16": (128, 256, 16, 256, 4096, 16, 8, "lin64 W: 4 KB tiles, 16 consecutive blocks each"),
+    # lin64's tokens: 16 token tiles of 4 KB, block b reads tile b % 16 (8 times each)
+    "x8": (128, 256, 16, 256, 4096, 1, 16, "lin64 X: 4 KB tiles, every 16th block"),
+    # the same with 64-byte row segments (16-channel chunks)
+    "x8s64": (128, 64, 64, 256, 16384, 1, 16, "lin64 X, 64-byte segments"),
+    # 64 KB per block in flight at once, one block per SM, 8.4 MB read once
+    "big": (132, 256, 256, 256, 65536, 1, 132, "64 KB per block in flight, read once"),
+    # the same with three blocks per SM
+    "big3": (396, 256, 256, 256, 65536, 1, 396, "64 KB per block in flight, 3 blocks per SM, read once"),
+    # the classifier's weights: 20 column chunks of 256 B over 256 rows 5,120 B apart, read once
+    "cls": (20, 256, 256, 5120, 256, 1, 20, "1280x1000 classifier W chunk columns, read once"),
+}
+#: Readers of one region: cR = R consecutive blocks read each 4 KB region (a PW weight chunk read by
+#: the spatial tiles of a filter tile), sN = block b reads region b % N (an input window read by the
+#: filter tiles, N spatial tiles apart); 264 blocks (two per SM on the H100) either way.
+SWEEP_BLOCKS = 264
+
+
+def pattern(name: str) -> tuple:
+    """PATTERNS[name], or the parametric cR / sN patterns above."""
+    if name in PATTERNS:
+        return PATTERNS[name]
+    kind, n = name[:1], name[1:]
+    if kind in ("c", "s") and n.isdigit() and 0 < int(n) <= SWEEP_BLOCKS:
+        r = int(n)
+        if kind == "c":
+            return (SWEEP_BLOCKS, 256, 16, 256, 4096, r, -(-SWEEP_BLOCKS // r), f"{r} consecutive blocks per region")
+        return (SWEEP_BLOCKS, 256, 16, 256, 4096, 1, r, f"block b reads region b % {r}")
+    raise KeyError(name)
+
+
+MODES = {"cg": 0, "ca": 1, "ld": 2, "nc": 3, "cgn": 4, "can": 5, "cgz": 6}
+DEFAULT = [
+    *(f"{p}:{m}:16" for p in PATTERNS for m in MODES),
+    *(f"{p}:{m}:16:kb{kb}" for p in ("big", "big3") for m in ("cg", "ca", "ld") for kb in (72, 200)),
+    *(f"{p}:{m}:{vb}" for p in ("once", "w16") for m in ("ca", "can") for vb in (4, 8)),
+    # padded shared rows (the kernels' stages)
+    *(f"{p}:{m}:16:pad{pad}" for p in ("once", "x8", "w16") for m in ("cg", "ca", "ld") for pad in (16, 32, 64, 128)),
+    *(f"once:ca:{vb}:pad{pad}" for vb in (4, 8) for pad in (4, 8, 16, 32) if pad % vb == 0),
+    # how many readers of the same sectors reach L2
+    *(f"c{r}:ca:16:pad16" for r in (1, 2, 4, 8, 16, 33, 66, 132, 264)),
+    *(f"s{n}:ca:16:pad16" for n in (2, 4, 16, 66, 132)),
+]
+SMEM_MAX = 65536
+THREADS = 256
+
+
+def parse(cfg: str) -> tuple[str, int, int, int, int]:
+    try:
+        name, mode, vb, *opts = cfg.split(":")
+        extra = {o[:3] if o.startswith("pad") else o[:2]: int(o[3:] if o.startswith("pad") else o[2:]) for o in opts}
+        pattern(name)
+        if set(extra) - {"kb", "pad"} or mode not in MODES or int(vb) not in (4, 8, 16) or (mode in ("cg", "cgn", "cgz") and vb != "16"):
+            raise ValueError
+    except (ValueError, KeyError):
+        raise SystemExit(f"bad copy probe config {cfg!r}: PATTERN:MODE:VB, e.g. once:cg:16") from None
+    return name, MODES[mode], int(vb), extra.get("kb", 0) * 1024, extra.get("pad", 0)
+
+
+def asked_sectors(name: str) -> int:
+    """Sectors the blocks' copies ask for (each block's rows, whole sectors; every block counted)."""
+    blocks, seg, rows, *_ = pattern(name)
+    return blocks * rows * -(-seg // 32)
+
+
+def distinct_sectors(name: str) -> int:
+    """Distinct sectors over all blocks (what DRAM must deliver)."""
+    blocks, seg, rows, pitch, region, div, ndist, _ = pattern(name)
+    used = {(b // div) % ndist for b in range(blocks)}
+    s = set()
+    for d in used:
+        for r in range(rows):
+            lo = d * region + r * pitch
+            s.update(range(lo // 32, (lo + seg - 1) // 32 + 1))
+    return len(s)
+
+
+def launch_once(cfg: str) -> dict:
+    import cupy as cp
+
+    from fuseplanner.kernels._build import compile_kernel, launch
+
+    name, mode, vb, dyn, pad = parse(cfg)
+    blocks, seg, rows, pitch, region, div, ndist, _ = pattern(name)
+    smem = min(rows * (seg + pad), SMEM_MAX)  # every unit its own slot up to 64 KB
+    dyn = max(dyn, smem)
+    defines = {"MODE": mode, "VB": vb, "SEG": seg, "ROWS": rows, "PITCH": pitch, "REGION": region, "DIV": div,
+               "NDIST": ndist, "THREADS": THREADS, "SMEM": smem, "PAD": pad}  # fmt: skip
+    kernel = compile_kernel("probe_copy.cu", "probe_copy", defines)
+    nbytes = max((ndist - 1) * region + (rows - 1) * pitch + seg, 1)
+    src = cp.random.standard_normal(-(-nbytes // 4) + 8, dtype=cp.float32)
+    sink = cp.full(blocks, cp.nan, dtype=cp.float32)
+    launch(kernel, (blocks, 1, 1), THREADS, dyn, (src, sink))
+    cp.cuda.runtime.deviceSynchronize()
+    return {"config": cfg, "grid": [blocks, 1, 1], "finite": bool(cp.isfinite(sink).all())}
+
+
+def report(folder: Path) -> None:
+    from probe_reads import counters
+
+    print("| config | pattern | asked | distinct | L2 read | L2 / asked | L2 requests | L1 lookups | L1 hits | L2->L1 | fabric |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for cfg, m in counters(folder, "probe_copy"):
+        name = cfg.split(":")[0]
+        asked = asked_sectors(name)
+        g = m.get
+        print(f"| {cfg} | {pattern(name)[-1]} | {asked:,} | {distinct_sectors(name):,} "
+              f"| {g('lts__t_sectors_srcunit_tex_op_read.sum', 0):,.0f} "
+              f"| {g('lts__t_sectors_srcunit_tex_op_read.sum', 0) / asked:.2f} "
+              f"| {g('lts__t_requests_srcunit_tex_op_read.sum', 0):,.0f} "
+              f"| {g('l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum', 0):,.0f} "
+              f"| {g('l1tex__t_sectors_pipe_lsu_mem_global_op_ld_lookup_hit.sum', 0):,.0f} "
+              f"| {g('l1tex__m_xbar2l1tex_read_sectors.sum', 0):,.0f} "
+              f"| {g('lts__t_sectors_srcunit_ltcfabric.sum', 0):,.0f} |")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("configs", nargs="*", default=DEFAULT)
+    ap.add_argument("--report", metavar="DIR", help="compare DIR's counters with the sectors asked for (no GPU)")
+    args = ap.parse_args(argv)
+    if args.report:
+        report(Path(args.report))
+        return 0
+    from probe_reads import launch_all
+
+    launch_all(args.configs, launch_once)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
