@@ -95,10 +95,11 @@ def test_cluster_launch_waves_on_the_cluster_sms():
 def test_split_reduction_adds_one_latency_and_large_clusters_use_cluster_sms(monkeypatch, pinned):
     ops = (dw(960, 7, 7), pw(960, 160, 7, 7))
     t = Tile(1, 4, 128, 32, 256)  # 14 spatial x 2 filter tiles = 28 blocks, 30 chunks -> KS 8 (224 blocks)
-    assert tiles.cluster_split("dw_pw", ops, t, 1, H100) == 8
+    ks = tiles.cluster_split("dw_pw", ops, t, 1, H100)
+    assert ks == 8
     km = cost_model.context("dw_pw", ops, "fp32")
     w0 = km.work(t, 1, False)
-    w, depth, ks = cost_model.scheduled("dw_pw", ops, t, "fp32", 1, H100, w0)
+    w, depth = cost_model.scheduled("dw_pw", ops, t, "fp32", w0, ks)
     assert depth == tiles.fused_stages("dw_pw", ops, t, "fp32") - 1
     # ceil(30 / 8) = 4 chunks each, then the reduction: `depth` steps, i.e. one whole latency
     assert (ks, w.blocks, w.iters) == (8, 224, 4 + depth)
@@ -106,8 +107,9 @@ def test_split_reduction_adds_one_latency_and_large_clusters_use_cluster_sms(mon
     # 32 -> KS 8 (2 x 8 x 24 = 384 > 2 x 132 stops there); each block 4 chunks + 5 (ring depth) steps
     (p,) = ops[1:]
     t = Tile(2, 4, 64, 32, 256)
-    assert tiles.cluster_split("pw", (p,), t, 1, H100, "fp32") == 8
-    w, depth, ks = cost_model.scheduled("pw", (p,), t, "fp32", 1, H100, cost_model.context("pw", (p,), "fp32").work(t, 1, False))
+    ks = tiles.cluster_split("pw", (p,), t, 1, H100, "fp32")
+    assert ks == 8
+    w, depth = cost_model.scheduled("pw", (p,), t, "fp32", cost_model.context("pw", (p,), "fp32").work(t, 1, False), ks)
     assert (ks, depth, w.blocks, w.iters) == (8, 5, 24 * 8, 4 + 5)
     # a reduction under LBL_SPLIT_MIN_CHANNELS (192 < 256) or a tile whose partial outgrows its ring: none
     assert tiles.cluster_split("pw", (pw(192, 160, 7, 7),), Tile(2, 4, 64, 16, 256), 1, H100, "fp32") == 1

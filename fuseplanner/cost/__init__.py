@@ -147,7 +147,7 @@ def best_tile(
             shape = key
             ks = tiles.cluster_split(kind, ops, tile, batch, gpu, dtype)
             w = l1_filtered(work(tile, batch, residual), hw, dtype == "fp16", fused, ks)
-            w, depth, ks = scheduled(kind, ops, tile, dtype, batch, gpu, w)
+            w, depth = scheduled(kind, ops, tile, dtype, w, ks)
             gma_by_bps.clear()
             dram_by_bps.clear()
         gma = gma_by_bps.get(bps)

@@ -43,6 +43,7 @@ from .work import (
     pw_in_sectors,
     tensor_bytes,
     whole_bytes,
+    whole_map_out_sectors,
     window_sectors,
     window_unique,
 )
@@ -206,9 +207,7 @@ class PwPwModel(FusedModel):
         nsp, in_s, out_s = sp
         nf, w1, w2, out_c, iters, w_u, b1, b2 = ch
         if nsp == 1 and not g2.tokens_major:
-            # one tile covers the map: a filter tile's tf output planes are one contiguous run (a 1x1
-            # squeeze-excite map writes whole channel runs, not one sector per channel), as `pw.PwModel`
-            out_s = block_split_sectors(g2.co * g2.ho * g2.wo, tile.tf * g2.ho * g2.wo, self.e)
+            out_s = whole_map_out_sectors(g2, tile.tf, self.e)  # one tile covers the map, as `pw.PwModel`
         w = self.assemble(b, residual, nf * in_s, nsp * (nf * w1 + w2), out_s + out_c, nf, nsp, iters,
                           0.0, nf * 2.0 * g1.macs + 2.0 * g2.macs, input_unique(g1, self.e, b), 0.0,
                           nsp * (nf * b1 + b2))  # fmt: skip

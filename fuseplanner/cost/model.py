@@ -135,22 +135,20 @@ def l1_filtered(w: Work, hw: Hw, half: bool, fused: bool, ks: int = 1) -> Work:
                       ld_read=act + share)
 
 
-def scheduled(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, batch: int, gpu: GpuSpec,
-              w: Work) -> tuple[Work, int, int]:  # fmt: skip
-    """(`w` as the launch schedules it, chunk loads a block keeps in flight, cluster split). A dw_pw or
-    pw/linear cluster split (`tiles.cluster_split`) multiplies the blocks and divides each block's chain of
-    chunks, plus one whole latency for the reduction after the loop (cluster barriers and the partial
-    tiles read over distributed shared memory, which nothing overlaps); the bytes and
-    FLOPs stay. Depth: the cp.async ring's stages - 1 (pw/linear and the fused kinds; 1 for a one-stage
+def scheduled(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, w: Work, ks: int) -> tuple[Work, int]:
+    """(`w` as the launch schedules it, chunk loads a block keeps in flight). A dw_pw or pw/linear
+    cluster split of `ks` blocks (`tiles.cluster_split`, worked out once by the caller) multiplies the
+    blocks and divides each block's chain of chunks, plus one whole latency for the reduction after
+    the loop (cluster barriers and the partial tiles read over distributed shared memory, which
+    nothing overlaps); the bytes and FLOPs stay. Depth: the cp.async ring's stages - 1 (pw/linear and the fused kinds; 1 for a one-stage
     ring, whose one chunk in flight does not overlap the math), else 1."""
-    ks = tiles.cluster_split(kind, ops, tile, batch, gpu, dtype)
     if kind in tiles.FUSED_KINDS:
         depth = max(1, tiles.fused_stages(kind, ops, tile, dtype) - 1)
     else:
         depth = PIPELINE_DEPTH.get(kind, 1)
     if ks > 1:  # the reduction after the loop is not pipelined: a whole latency, `depth` chained steps
         w = w._replace(blocks=w.blocks * ks, iters=cdiv(w.iters, ks) + depth)
-    return w, depth, ks
+    return w, depth
 
 
 @lru_cache(maxsize=65536)
@@ -208,7 +206,7 @@ def estimate_ours(
         return Cost(feasible=False, reason=f"{kind} {tile}: no block fits on an SM ({limiter})")
     ks = tiles.cluster_split(kind, ops, tile, batch, gpu, dtype)
     w = l1_filtered(km.work(tile, batch, residual), hw, dtype == "fp16", kind in tiles.FUSED_KINDS, ks)
-    w, depth, ks = scheduled(kind, ops, tile, dtype, batch, gpu, w)
+    w, depth = scheduled(kind, ops, tile, dtype, w, ks)
     w = issued(kind, ops, tile, dtype, precision, coresident(w, bps, ks, hw), ks, hw.fused_load_w)
     conc = hw.sm_count * bps
     dram_r, dram_w = dram_traffic(w, conc, hw)

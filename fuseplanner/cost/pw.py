@@ -25,6 +25,7 @@ from .work import (
     pw_in_unique,
     tensor_bytes,
     whole_bytes,
+    whole_map_out_sectors,
 )
 
 
@@ -75,10 +76,9 @@ class PwModel(KernelModel):
         nsp, in_s, out_s = sp
         nf, w_sec, in_c, out_c = ch
         if nsp == 1 and not g.tokens_major and g.sh == g.sw == 1:
-            # one tile covers the map: a filter tile's tf output planes are one contiguous run (a 1x1
-            # squeeze-excite map writes whole channel runs, not one sector per channel). Its reads keep
-            # the per-plane count, which fitted the batch-1 counters better (docs/validation.md)
-            out_s = block_split_sectors(g.co * g.h * g.w, tile.tf * g.h * g.w, e)
+            # one tile covers the map (`whole_map_out_sectors`). Its reads keep the per-plane count,
+            # which fitted the batch-1 counters better (docs/validation.md)
+            out_s = whole_map_out_sectors(g, tile.tf, e)
         in_r = nf * (in_s + in_c)
         out = out_s + out_c
         out_u = tensor_bytes(b * g.out_elems, e)

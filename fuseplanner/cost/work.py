@@ -98,11 +98,17 @@ def cdiv(a: int, b: int) -> int:
 def out_plane_sectors(g: Geom, tw: int, e: int, th: int = 1) -> float:
     """Sectors of one NCHW output plane written tile by tile (th x tw per block): per row segment, but
     where output rows are narrower than a sector a tile's rows share sectors and its writes of them
-    arrive together (`traffic.plane_windows_sectors`' distinct count of the tiles)."""
-    if th > 1 and (g.wo - min(tw, g.wo)) * e < 32:
-        nh, nw = cdiv(g.ho, th), cdiv(g.wo, tw)
-        return plane_windows_sectors(g.ho, g.wo, 0, 0, th, tw, th, tw, nh, nw, e, g.ho * g.wo * e)[0]
-    return g.ho * row_sectors(g.wo, 0, tw, tw, cdiv(g.wo, tw), e, g.wo * e)
+    arrive together (`traffic.plane_windows_sectors`' distinct count of the tiles, which is the
+    per-row-segment count otherwise)."""
+    nh, nw = cdiv(g.ho, th), cdiv(g.wo, tw)
+    return plane_windows_sectors(g.ho, g.wo, 0, 0, th, tw, th, tw, nh, nw, e, g.ho * g.wo * e)[0]
+
+
+def whole_map_out_sectors(g: Geom, tf: int, e: int) -> float:
+    """Sectors of the NCHW output when one tile covers the map: a filter tile's tf output planes are
+    one contiguous run (a 1x1 squeeze-excite map writes whole channel runs, not one sector per
+    channel)."""
+    return block_split_sectors(g.co * g.ho * g.wo, tf * g.ho * g.wo, e)
 
 
 def out_tokens_sectors(g: Geom, tf: int, e: int) -> float:
@@ -141,12 +147,11 @@ def window_unique(g: Geom, hh: int, ww: int, th: int, tw: int, e: int) -> float:
 
 
 def pw_in_sectors(g: Geom, th: int, tw: int, e: int) -> float:
-    """Sectors of one input plane of a PW conv read tile by tile (strided pixels only); at stride 1, where
-    rows are narrower than a sector, a tile's rows share sectors and one copy request asks for them
-    together (`traffic.plane_windows_sectors`' distinct count of the tiles)."""
-    if th > 1 and g.sh == g.sw == 1 and (g.w - min(tw, g.w)) * e < 32:
-        return plane_windows_sectors(g.h, g.w, 0, 0, th, tw, th, tw, cdiv(g.ho, th), cdiv(g.wo, tw), e,
-                                     g.h * g.w * e)[0]  # fmt: skip
+    """Sectors of one input plane of a PW conv read tile by tile (strided pixels only); at stride 1 the
+    tiles are unpadded th x tw windows (`window_sectors`: where rows are narrower than a sector, a
+    tile's rows share sectors and one copy request asks for them together)."""
+    if g.sh == g.sw == 1:
+        return window_sectors(g, th, tw, th, tw, e)[0]
     nw = cdiv(g.wo, tw)
     win = (tw - 1) * g.sw + 1
     return g.ho * row_sectors(g.w, 0, win, tw * g.sw, nw, e, g.w * e)
