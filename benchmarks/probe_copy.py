@@ -7,14 +7,15 @@ serves the sectors the blocks ask for, or more (the linear and fp16 weight copie
     python3 benchmarks/probe_copy.py --report OUT                    # CPU: counters vs sectors asked for
 
 PATTERN names one of PATTERNS; optional fields after VB: kbN (each block's shared memory, N KB, which
-the L1 gives up: kb200 leaves it about 28 KB) and padN (N bytes between the shared rows, as the
-kernels pad their stages); MODE is cg (cp.async.cg), ca (cp.async.ca), ld (ld.global + st.shared)
+the L1 gives up: kb200 leaves it about 28 KB), padN (N bytes between the shared rows, as the
+kernels pad their stages) and ksN (clusters of N consecutive blocks, as the dw_pw split reduction); MODE is cg (cp.async.cg), ca (cp.async.ca), ld (ld.global + st.shared)
 or nc (ld.global.nc); VB the bytes per thread and instruction (4, 8, 16; cg needs 16).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -41,7 +42,9 @@ PATTERNS = {
 }
 #: Readers of one region: cR = R consecutive blocks read each 4 KB region (a PW weight chunk read by
 #: the spatial tiles of a filter tile), sN = block b reads region b % N (an input window read by the
-#: filter tiles, N spatial tiles apart); 264 blocks (two per SM on the H100) either way.
+#: filter tiles, N spatial tiles apart); 264 blocks (two per SM on the H100) either way. A suffix
+#: .B.K sets the blocks (B) and each region's size (K KB, read as 256-byte rows): c15.15.960 is a
+#: squeeze-excite W1 of 960 KB read by 15 blocks.
 SWEEP_BLOCKS = 264
 
 
@@ -49,13 +52,16 @@ def pattern(name: str) -> tuple:
     """PATTERNS[name], or the parametric cR / sN patterns above."""
     if name in PATTERNS:
         return PATTERNS[name]
-    kind, n = name[:1], name[1:]
-    if kind in ("c", "s") and n.isdigit() and 0 < int(n) <= SWEEP_BLOCKS:
-        r = int(n)
-        if kind == "c":
-            return (SWEEP_BLOCKS, 256, 16, 256, 4096, r, -(-SWEEP_BLOCKS // r), f"{r} consecutive blocks per region")
-        return (SWEEP_BLOCKS, 256, 16, 256, 4096, 1, r, f"block b reads region b % {r}")
-    raise KeyError(name)
+    kind, spec = name[:1], name[1:].split(".")
+    if kind not in ("c", "s") or len(spec) not in (1, 3) or not all(x.isdigit() and int(x) > 0 for x in spec):
+        raise KeyError(name)
+    r, blocks, kb = (int(spec[0]), SWEEP_BLOCKS, 4) if len(spec) == 1 else map(int, spec)
+    if r > blocks:
+        raise KeyError(name)
+    rows = kb * 4
+    if kind == "c":
+        return (blocks, 256, rows, 256, kb * 1024, r, -(-blocks // r), f"{r} consecutive blocks per {kb} KB region")
+    return (blocks, 256, rows, 256, kb * 1024, 1, r, f"block b reads {kb} KB region b % {r}")
 
 
 MODES = {"cg": 0, "ca": 1, "ld": 2, "nc": 3, "cgn": 4, "can": 5, "cgz": 6}
@@ -78,12 +84,14 @@ def parse(cfg: str) -> tuple[str, int, int, int, int]:
     try:
         name, mode, vb, *opts = cfg.split(":")
         extra = {o[:3] if o.startswith("pad") else o[:2]: int(o[3:] if o.startswith("pad") else o[2:]) for o in opts}
-        pattern(name)
-        if set(extra) - {"kb", "pad"} or mode not in MODES or int(vb) not in (4, 8, 16) or (mode in ("cg", "cgn", "cgz") and vb != "16"):
+        ks = extra.get("ks", 1)
+        if ks < 1 or pattern(name)[0] % ks:
+            raise ValueError
+        if set(extra) - {"kb", "pad", "ks"} or mode not in MODES or int(vb) not in (4, 8, 16) or (mode in ("cg", "cgn", "cgz") and vb != "16"):
             raise ValueError
     except (ValueError, KeyError):
         raise SystemExit(f"bad copy probe config {cfg!r}: PATTERN:MODE:VB, e.g. once:cg:16") from None
-    return name, MODES[mode], int(vb), extra.get("kb", 0) * 1024, extra.get("pad", 0)
+    return name, MODES[mode], int(vb), extra.get("kb", 0) * 1024, extra.get("pad", 0), ks
 
 
 def asked_sectors(name: str) -> int:
@@ -109,31 +117,51 @@ def launch_once(cfg: str) -> dict:
 
     from fuseplanner.kernels._build import compile_kernel, launch
 
-    name, mode, vb, dyn, pad = parse(cfg)
+    name, mode, vb, dyn, pad, ks = parse(cfg)
     blocks, seg, rows, pitch, region, div, ndist, _ = pattern(name)
     smem = min(rows * (seg + pad), SMEM_MAX)  # every unit its own slot up to 64 KB
     dyn = max(dyn, smem)
     defines = {"MODE": mode, "VB": vb, "SEG": seg, "ROWS": rows, "PITCH": pitch, "REGION": region, "DIV": div,
-               "NDIST": ndist, "THREADS": THREADS, "SMEM": smem, "PAD": pad}  # fmt: skip
+               "NDIST": ndist, "THREADS": THREADS, "SMEM": smem, "PAD": pad, "KS": ks}  # fmt: skip
     kernel = compile_kernel("probe_copy.cu", "probe_copy", defines)
     nbytes = max((ndist - 1) * region + (rows - 1) * pitch + seg, 1)
     src = cp.random.standard_normal(-(-nbytes // 4) + 8, dtype=cp.float32)
     sink = cp.full(blocks, cp.nan, dtype=cp.float32)
-    launch(kernel, (blocks, 1, 1), THREADS, dyn, (src, sink))
+    where = cp.full(blocks, 0xFFFFFFFF, dtype=cp.uint32)
+    launch(kernel, (blocks, 1, 1), THREADS, dyn, (src, sink, where))
     cp.cuda.runtime.deviceSynchronize()
-    return {"config": cfg, "grid": [blocks, 1, 1], "finite": bool(cp.isfinite(sink).all())}
+    return {"config": cfg, "grid": [blocks, 1, 1], "finite": bool(cp.isfinite(sink).all()), "sm": where.get().tolist()}
+
+
+def reader_units(name: str, sms: list[int], unit: int) -> int:
+    """Sectors the blocks would read if L2 saw one read per region and distinct `unit` of SMs among
+    its readers (`unit` 1: per SM, as L1 would merge them; 2: per TPC, the two SMs of %smid 2k and
+    2k + 1), from the SM each block ran on."""
+    blocks, seg, rows, _, _, div, ndist, _ = pattern(name)
+    per: dict[int, set[int]] = {}
+    for b, sm in enumerate(sms[:blocks]):
+        per.setdefault((b // div) % ndist, set()).add(sm // unit)
+    return sum(len(v) for v in per.values()) * rows * -(-seg // 32)
 
 
 def report(folder: Path) -> None:
     from probe_reads import counters
 
-    print("| config | pattern | asked | distinct | L2 read | L2 / asked | L2 requests | L1 lookups | L1 hits | L2->L1 | fabric |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    sms = {}
+    for line in (folder / "probe_copy.jsonl").read_text().splitlines():
+        if line.startswith("{") and '"sm"' in line:
+            r = json.loads(line)
+            sms[r["config"]] = r["sm"]
+    print("| config | pattern | asked | distinct | per SM | per TPC | L2 read | L2 / asked | L2 requests | L1 lookups "
+          "| L1 hits | L2->L1 | fabric |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for cfg, m in counters(folder, "probe_copy"):
         name = cfg.split(":")[0]
         asked = asked_sectors(name)
         g = m.get
-        print(f"| {cfg} | {pattern(name)[-1]} | {asked:,} | {distinct_sectors(name):,} "
+        where = sms.get(cfg)
+        units = [f"{reader_units(name, where, u):,}" if where else "" for u in (1, 2)]
+        print(f"| {cfg} | {pattern(name)[-1]} | {asked:,} | {distinct_sectors(name):,} | {units[0]} | {units[1]} "
               f"| {g('lts__t_sectors_srcunit_tex_op_read.sum', 0):,.0f} "
               f"| {g('lts__t_sectors_srcunit_tex_op_read.sum', 0) / asked:.2f} "
               f"| {g('lts__t_requests_srcunit_tex_op_read.sum', 0):,.0f} "

@@ -119,7 +119,9 @@ class Hw(NamedTuple):
     launch: float
     latency: float
     clock_hz: float
-    coalesce: float  # consecutive blocks whose concurrent reads of the same sectors L2 sees once
+    coalesce: float  # concurrent readers of one GPC whose reads of the same sectors L2 sees once
+    gpcs: int  # GPCs: readers on different GPCs never merge
+    gpc_chunk: int  # consecutive blocks of a large launch that the scheduler places on one GPC
     #: achieved FLOP/s of one warp of fuseplanner's kernels (rate per cycle x clock): DW stencil,
     #: layer-by-layer PW/linear by math mode, and the PW stages of fused kernels by math mode
     warp_dw: tuple[float, float]  # fp32, fp16 storage
@@ -172,8 +174,16 @@ class GpuSpec(BaseModel):
     l2_usable_fraction: float = Field(default=0.75, gt=0, le=1)
     l2_coalesce_blocks: float = Field(
         default=1.0, ge=1,
-        description="blocks consecutive in a grid whose reads of the same sectors at about the same time reach "
-        "L2 as one (the H100's L2 request coalescer; benchmarks/probe_copy.py, the cR patterns): 1 = none")
+        description="blocks on SMs of one GPC whose reads of the same sectors at about the same time reach L2 as "
+        "one (the H100 merges up to about 4; benchmarks/probe_copy.py, the cR patterns): 1 = none")
+    gpc_count: int = Field(
+        default=1, ge=1,
+        description="graphics processing clusters: concurrent reads of one sector from SMs of different GPCs "
+        "reach L2 separately (benchmarks/probe_copy.py, the sN patterns)")
+    gpc_dispatch_blocks: int = Field(
+        default=1, ge=1,
+        description="consecutive blocks of a launch of more blocks than TPCs that the block scheduler places on "
+        "one GPC before the next (benchmarks/probe_copy.py's SM map)")
     dw_warp_flops_per_cycle_fp32: float = Field(
         default=KERNEL_RATE_DEFAULTS["dw_warp_flops_per_cycle_fp32"], gt=0,
         description="achieved FLOPs per warp per clock of the depthwise stencil (layer by layer and fused), fp32 storage")
@@ -304,7 +314,7 @@ class GpuSpec(BaseModel):
             self.l2_bytes, float(e("l2_usable_fraction")), self.sector_bytes, float(e("dram_bw_bytes_per_s")),
             float(e("l2_bw_bytes_per_s")), float(e("fp32_flops")), float(e("fp16_flops")), float(fp16_tc),
             float(tf32_tc), float(e("launch_overhead_s")), float(e("mem_latency_s")), float(self.clock_hz),
-            float(self.l2_coalesce_blocks),
+            float(self.l2_coalesce_blocks), int(self.gpc_count), int(self.gpc_dispatch_blocks),
             tuple(float(e(f"dw_warp_flops_per_cycle_{m}")) * self.clock_hz for m in ("fp32", "fp16")),
             tuple(float(e(f"pw_warp_flops_per_cycle_{m}")) * self.clock_hz for m in ("fp32", "tf32", "fp16")),
             tuple(float(e(f"fused_pw_warp_flops_per_cycle_{m}")) * self.clock_hz for m in ("fp32", "tf32", "fp16")),

@@ -2,15 +2,19 @@
 // pattern, away from any kernel's math. Block b copies ROWS rows of SEG bytes, PITCH bytes apart,
 // from region (b / DIV) % NDIST (REGION bytes apart) of `src` into its shared memory, VB bytes per
 // thread and instruction, consecutive threads on consecutive units of a row (the kernels' ChunkUnits
-// order), then waits and writes one word to `sink` (so nothing is optimised away).
+// order), then waits and writes one word to `sink` (so nothing is optimised away) and its SM
+// (%smid) to `where` (which readers of a region share an SM, a TPC or a GPC).
 //
 // Defines: MODE (0 cp.async.cg, 1 cp.async.ca, 2 ld.global + st.shared, 3 ld.global.nc + st.shared,
 // 4 cp.async.cg and 5 cp.async.ca in the source-size form the kernels use (`cp.async ..., VB, n;` with
 // n = VB in a register), 6 as 4 with every ZF-th unit zero-filled (n = 0, source = `src`)),
 // VB (4, 8 or 16; MODE 0 needs 16), SEG, ROWS, PITCH, REGION, DIV, NDIST, THREADS, SMEM (bytes of
 // the shared ring the copies cycle through), PAD (bytes between the shared rows, as the kernels pad
-// their stages against bank conflicts: row r of the ring starts at r * (SEG + PAD)).
+// their stages against bank conflicts: row r of the ring starts at r * (SEG + PAD)), KS (thread-block
+// clusters of KS consecutive blocks in x, as kernels/fused_dw_pw.cu launches its split reduction).
 #include <cuda_fp16.h>
+
+#include "cluster_attr.cuh"
 
 template <int N>
 struct Vec;
@@ -52,8 +56,8 @@ __device__ __forceinline__ void copy_unit(unsigned char* dst, const unsigned cha
 #endif
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS) probe_copy(const unsigned char* __restrict__ src,
-                                                                float* __restrict__ sink) {
+extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_ATTR
+probe_copy(const unsigned char* __restrict__ src, float* __restrict__ sink, unsigned* __restrict__ where) {
     extern __shared__ __align__(16) unsigned char smem[];
     constexpr int UNITS = SEG / VB;
     const unsigned char* base = src + (size_t)((blockIdx.x / DIV) % NDIST) * REGION;
@@ -63,5 +67,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) probe_copy(const unsigned 
     }
     asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
     __syncthreads();
-    if (threadIdx.x == 0) sink[blockIdx.x] = reinterpret_cast<const float*>(smem)[blockIdx.x % 32];
+    if (threadIdx.x == 0) {
+        unsigned sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        sink[blockIdx.x] = reinterpret_cast<const float*>(smem)[blockIdx.x % 32];
+        where[blockIdx.x] = sm;
+    }
 }

@@ -6,15 +6,7 @@
 //
 // Defines: THREADS (block size), KS (thread-block cluster of KS consecutive blocks in x, as
 // kernels/fused_dw_pw.cu launches its split reduction; 1 = no clusters).
-#ifndef KS
-#define KS 1
-#endif
-
-#if KS > 1
-#define CLUSTER_ATTR __cluster_dims__(KS, 1, 1)
-#else
-#define CLUSTER_ATTR
-#endif
+#include "cluster_attr.cuh"
 
 __device__ __forceinline__ unsigned int sm_id() {
     unsigned int r;

@@ -619,13 +619,45 @@ def test_estimate_op_views_conv_and_opaque():
 
 
 def test_coalesced_by_hand():
-    # benchmarks/probe_copy.py on the H100: R consecutive readers -> max(1/R, 1/3.77) of their reads
-    assert cost_model.coalesced(1, 1, 3.77) == 1.0
-    assert cost_model.coalesced(2, 1, 3.77) == 0.5  # two neighbours: one read reaches L2
-    assert cost_model.coalesced(16, 1, 3.77) == pytest.approx(1 / 3.77)
-    assert cost_model.coalesced(8, 2, 3.77) == pytest.approx(2 / 3.77)  # readers 2 blocks apart
-    assert cost_model.coalesced(8, 16, 3.77) == 1.0  # readers 16 blocks apart: nothing merged
-    assert cost_model.coalesced(8, 1, 1.0) == 1.0  # a GPU without merging
+    # The H100: up to 3.77 readers of one GPC merge, 8 GPCs, 8 consecutive blocks per GPC
+    hw = gpu("h100").hw
+    co = cost_model.coalesced
+    assert co(1, 1, 1000, 1, hw) == 1.0
+    # a launch of 72 or more blocks: only readers in one GPC's run of 8 consecutive blocks merge
+    assert co(2, 1, 264, 1, hw) == 0.5  # two neighbours: max(1, 2 / 3.77) = 1 read
+    assert co(16, 1, 264, 1, hw) == pytest.approx(1 / 3.77)  # 16 / 3.77 = 4.24 reads
+    assert co(8, 2, 264, 1, hw) == pytest.approx(2 / 3.77)  # readers 2 apart: 8 x 2 / 3.77 = 4.24 reads
+    assert co(8, 16, 264, 1, hw) == 1.0  # readers 16 apart: 8 reads
+    # a 16-block launch read by all: its first 8 blocks merge (8 / 3.77 = 2.12 reads), the other 8
+    # sit one per GPC, (16 - 8) / 8 = 1 block per run, 8 runs of 1 read: 10.12 reads of 16
+    assert co(16, 1, 16, 1, hw) == pytest.approx((8 / 3.77 + 8) / 16)
+    # a 32-block launch, 16 readers: 8 merged (2.12 reads), then runs of ceil(24 / 8) = 3 blocks:
+    # 8 / 3 runs x max(1, 3 / 3.77) = 2.67 reads -> 4.79 of 16
+    assert co(16, 1, 32, 1, hw) == pytest.approx((8 / 3.77 + 8 / 3) / 16)
+    # clusters: 28 readers 8 apart read once per GPC (max(28 / 3.77, min(28, 8)) = 8 reads), 4 readers 4 times
+    assert co(28, 8, 224, 8, hw) == pytest.approx(8 / 28)
+    assert co(4, 8, 32, 8, hw) == 1.0
+    no_merge = replace_spec(gpu("h100"), l2_coalesce_blocks=1.0).hw
+    assert co(16, 1, 16, 1, no_merge) == co(28, 8, 224, 8, no_merge) == 1.0  # a GPU without merging
+
+
+def test_first_pw_weights_of_pw_pw_merge_across_all_blocks():
+    # A squeeze-excite pair on a 1x1 map, 960 -> 240 -> 960, tile 1x1/f64/c32: one spatial tile, 15
+    # filter tiles, a 15-block launch. Every block reads all of W1 (packed per 32 mid channels: 8
+    # chunks of 960 rows of 128 B = 30,720 sectors, + the bias in 8 parts of 128 B, 32 sectors, through
+    # L1), its own W2 tile (packed per 64 filters: 240 rows of 256 B = 1,920 sectors per tile). With
+    # merging the 15 readers of W1 read it as the 15-block launch places them: 8 merged
+    # (8 / 3.77 = 2.12 reads) and 7 one per GPC: 9.12 reads of 15, not 15 (one spatial tile: W2 tiles
+    # have one reader each). The weight reads count at fused_weight_l2_fraction (0.3 here):
+    # 0.3 x 30,720 x (15 - 9.12) fewer sectors. The input (960 one-pixel channel planes, a sector
+    # each, the per-plane count) is read by the same 15 blocks and merges alike: 960 x (15 - 9.12).
+    a = pw(960, 240, 1, 1)
+    b = pw(240, 960, 1, 1)
+    tile = Tile(1, 1, 64, 32, 64)
+    off = estimate("pw_pw", (a, b), tile, "fp32", 1, H100)
+    on = estimate("pw_pw", (a, b), tile, "fp32", 1, replace_spec(H100, l2_coalesce_blocks=3.77))
+    saved = (0.3 * 30_720 + 960) * (15 - (8 / 3.77 + 7))
+    assert off.gma_read_bytes - on.gma_read_bytes == pytest.approx(32 * saved, rel=1e-3)
 
 
 def test_linear_weight_reads_merge_across_token_tiles():

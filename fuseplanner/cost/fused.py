@@ -77,10 +77,11 @@ class FusedModel(KernelModel):
 
     def assemble(self, b: int, residual: bool, read: float, wread: float, out: float, nf: int, nsp: int,
                  iters: int, cuda: float, mma: float, in_unique: float, hits: float = 0.0,
-                 wl1: float = 0.0) -> Work:  # fmt: skip
+                 wl1: float = 0.0, wall: float = 0.0) -> Work:  # fmt: skip
         """Work from per-image sector counts (activation reads, weight reads, output; `hits`: activation
         sectors the loads request beyond `read`, served by L1; `wl1`: the part of `wread` copied through
-        L1, DW filters and biases) and FLOPs."""
+        L1, DW filters and biases; `wall`: the rest of `wread` that every block reads whatever its
+        filter tile, the first PW's packed weights) and FLOPs."""
         e, first, last = self.e, self.first, self.last
         out_u = tensor_bytes(b * last.out_elems, e)
         return Work(
@@ -103,6 +104,7 @@ class FusedModel(KernelModel):
             l1_hits=32.0 * b * hits,
             in_read=32.0 * b * read,
             w_l1=32.0 * b * wl1,
+            w_all=32.0 * b * wall,
         )
 
 
@@ -210,7 +212,7 @@ class PwPwModel(FusedModel):
             out_s = whole_map_out_sectors(g2, tile.tf, self.e)  # one tile covers the map, as `pw.PwModel`
         w = self.assemble(b, residual, nf * in_s, nsp * (nf * w1 + w2), out_s + out_c, nf, nsp, iters,
                           0.0, nf * 2.0 * g1.macs + 2.0 * g2.macs, input_unique(g1, self.e, b), 0.0,
-                          nsp * (nf * b1 + b2))  # fmt: skip
+                          nsp * (nf * b1 + b2), nsp * nf * (w1 - b1))  # fmt: skip
         return w._replace(w_unique=w_u)
 
 
@@ -245,7 +247,7 @@ class PwDwPwModel(FusedModel):
         nf, w_rep, w3, iters, w_u, l1_rep, b3 = ch
         w = self.assemble(b, residual, nf * in_s, nsp * (nf * w_rep + w3), out, nf, nsp, iters,
                           nf * 2.0 * gd.macs, nf * pw1_done + 2.0 * g2.macs, input_unique(g1, self.e, b),
-                          nf * hit, nsp * (nf * l1_rep + b3))  # fmt: skip
+                          nf * hit, nsp * (nf * l1_rep + b3), nsp * nf * (w_rep - l1_rep))  # fmt: skip
         return w._replace(w_unique=w_u)
 
 

@@ -97,14 +97,34 @@ def dram_traffic(w: Work, conc: int, hw: Hw) -> tuple[float, float]:
     return reads + extra, dram_write_bytes(w.out_unique, reads + w.out_unique, cap)
 
 
-def coalesced(readers: int, spacing: int, blocks: float) -> float:
-    """Share of `readers` blocks' reads of the same sectors that reach L2 when the readers are
-    `spacing` blocks apart in the grid and L2 sees the concurrent reads of `blocks` consecutive
-    blocks as one (`l2_coalesce_blocks`; benchmarks/probe_copy.py on the H100: 2 consecutive readers
-    0.50, 4 to 132 consecutive readers 0.25-0.28): never below one read."""
-    if readers <= 1:
+def coalesced(readers: int, spacing: int, launch: int, cluster: int, hw: Hw) -> float:
+    """Share of `readers` blocks' reads of the same sectors that reach L2, the readers `spacing`
+    blocks apart in a grid of `launch` blocks (in thread-block clusters of `cluster`). L2 sees one read
+    per `coalesce` readers that run in step on SMs of one GPC and never one read for two GPCs
+    (benchmarks/probe_copy.py on the H100 and the kernels' counters; docs/validation.md, twentieth
+    session):
+
+    - the block scheduler places `gpc_chunk` consecutive blocks on one GPC, and the readers among them
+      run in step (4 consecutive readers read once; readers `coalesce` or more apart each);
+    - a launch of fewer than `gpc_chunk` x (`gpcs` + 1) blocks places its first `gpc_chunk` blocks so
+      and spreads the rest evenly over the GPCs, in smaller runs (16 readers of a 16-block launch read
+      10 times: 8 merged on 2 GPCs, then one per GPC);
+    - clusters placed on one GPC start together: their readers read once per GPC (28 cluster ranks of
+      a 224-block launch, 8 blocks apart, read 8 times).
+
+    Never below one read."""
+    if readers <= 1 or hw.coalesce <= 1.0:
         return 1.0
-    return max(1.0 / readers, min(1.0, spacing / blocks))
+    w, chunk = hw.coalesce, hw.gpc_chunk
+    if cluster > 1:
+        reads = max(readers / w, min(readers, hw.gpcs))
+    elif launch < chunk * (hw.gpcs + 1):
+        first = min(readers, max(1, chunk // spacing))
+        run = max(1, -(-(launch - chunk) // hw.gpcs) // spacing)  # readers in each later GPC's run
+        reads = max(1.0, first / w) + (readers - first) / run * max(1.0, run / w)
+    else:
+        reads = readers * min(1.0, spacing / w)
+    return max(1.0, reads) / readers
 
 
 def l1_filtered(w: Work, hw: Hw, half: bool, fused: bool, ks: int = 1) -> Work:
@@ -112,7 +132,9 @@ def l1_filtered(w: Work, hw: Hw, half: bool, fused: bool, ks: int = 1) -> Work:
     read of every weight. Every spatial tile of a filter tile reads that tile's weights, the blocks
     `ks` apart in the grid (`ks` > 1: a cluster split's ranks between them), so L2 sees a
     `coalesced` share of them (the layer-by-layer PW/linear kernel's weight rows count at that
-    share). Of it, a fused kernel's packed PW weight copies count at `fused_weight_l2_fraction`
+    share); a fused kernel's weights that every block reads whatever its filter tile (`w_all`, the
+    first PW's of pw_pw and pw_dw_pw) have all `nsp x nf` blocks of an image as readers, one block
+    apart. Of it, a fused kernel's packed PW weight copies count at `fused_weight_l2_fraction`
     (`_fp16` for fp16 storage; fitted to Nsight Compute counters on the H100) and its DW filters and
     biases (read by every block of an SM) not again after their first read. Every copy goes through
     L1 (kernels/common.cuh). And with the bytes the time model charges
@@ -124,13 +146,15 @@ def l1_filtered(w: Work, hw: Hw, half: bool, fused: bool, ks: int = 1) -> Work:
     if not w.w_read:
         return w._replace(req_read=act, ld_read=act)
     floor = min(w.w_unique, w.w_read)
-    co = coalesced(w.nsp, ks, hw.coalesce)
+    launch = w.blocks * ks
+    co = coalesced(w.nsp, ks, launch, ks, hw)
     if not fused:
         keep = max(co * w.w_read, floor)
         return w._replace(gma_read=w.gma_read - w.w_read + keep, w_read=keep, req_read=act + w.w_read,
                           ld_read=act + w.w_read)
     share = hw.fused_w_load * w.w_read
-    keep = max(hw.fused_w_l2[half] * co * (w.w_read - w.w_l1), floor)
+    l2 = co * (w.w_read - w.w_l1 - w.w_all) + coalesced(w.nsp * w.nf, 1, launch, ks, hw) * w.w_all
+    keep = max(hw.fused_w_l2[half] * l2, floor)
     return w._replace(gma_read=w.gma_read - w.w_read + keep, w_read=keep, req_read=act + max(share, floor),
                       ld_read=act + share)
 
@@ -179,7 +203,7 @@ def coresident(w: Work, bps: int, ks: int, hw: Hw) -> Work:
     processing cluster."""
     if not w.in_read or ks > 1:
         return w
-    share = coresident_share(w.nsp, w.nf, hw.sm_count, bps) * coalesced(w.nf, w.nsp, hw.coalesce)
+    share = coresident_share(w.nsp, w.nf, hw.sm_count, bps) * coalesced(w.nf, w.nsp, w.blocks, 1, hw)
     saved = w.in_read * (1.0 - max(share, 1.0 / max(w.nf, 1)))
     if saved <= 0.0:
         return w
