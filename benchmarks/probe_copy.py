@@ -8,8 +8,11 @@ serves the sectors the blocks ask for, or more (the linear and fp16 weight copie
 
 PATTERN names one of PATTERNS; optional fields after VB: kbN (each block's shared memory, N KB, which
 the L1 gives up: kb200 leaves it about 28 KB), padN (N bytes between the shared rows, as the
-kernels pad their stages) and ksN (clusters of N consecutive blocks, as the dw_pw split reduction); MODE is cg (cp.async.cg), ca (cp.async.ca), ld (ld.global + st.shared)
-or nc (ld.global.nc); VB the bytes per thread and instruction (4, 8, 16; cg needs 16).
+kernels pad their stages) and ksN (thread-block clusters of N consecutive blocks, as the dw_pw split
+reduction launches); MODE is cg (cp.async.cg), ca (cp.async.ca), ld (ld.global + st.shared) or nc
+(ld.global.nc); VB the bytes per thread and instruction (4, 8, 16; cg needs 16). Every block records
+its SM (%smid) in the jsonl, and the report counts the distinct SMs and TPCs among each region's
+readers beside what L2 saw.
 """
 
 from __future__ import annotations
@@ -80,7 +83,7 @@ SMEM_MAX = 65536
 THREADS = 256
 
 
-def parse(cfg: str) -> tuple[str, int, int, int, int]:
+def parse(cfg: str) -> tuple[str, int, int, int, int, int]:
     try:
         name, mode, vb, *opts = cfg.split(":")
         extra = {o[:3] if o.startswith("pad") else o[:2]: int(o[3:] if o.startswith("pad") else o[2:]) for o in opts}
