@@ -182,8 +182,9 @@ class GpuSpec(BaseModel):
         "reach L2 separately (benchmarks/probe_copy.py, the sN patterns)")
     gpc_dispatch_blocks: int = Field(
         default=1, ge=1,
-        description="consecutive blocks of a launch of more blocks than TPCs that the block scheduler places on "
-        "one GPC before the next (benchmarks/probe_copy.py's SM map)")
+        description="consecutive blocks that the block scheduler places on one GPC before the next, in a launch of "
+        "gpc_dispatch_blocks x (gpc_count + 1) blocks or more; a smaller launch spreads the blocks after its "
+        "first gpc_dispatch_blocks over the GPCs (benchmarks/probe_copy.py's SM map)")
     dw_warp_flops_per_cycle_fp32: float = Field(
         default=KERNEL_RATE_DEFAULTS["dw_warp_flops_per_cycle_fp32"], gt=0,
         description="achieved FLOPs per warp per clock of the depthwise stencil (layer by layer and fused), fp32 storage")

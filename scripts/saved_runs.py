@@ -19,6 +19,9 @@ def parse(doc: str, argv=None):
     ap.add_argument("--gpu", default="h100", help="spec name or TOML path")
     ap.add_argument("results", nargs="+", help="results.json files of validation runs")
     args = ap.parse_args(argv)
+    missing = [p for p in args.results if not Path(p).is_file()]
+    if missing:  # an unmatched glob arrives as its pattern: one line, exit 2
+        ap.error(f"no such results file: {missing[0]}")
     try:
         return specs.gpu(args.gpu), args.results
     except FusePlannerError as e:  # an unknown spec or a bad TOML: one line, exit 2

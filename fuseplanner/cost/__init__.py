@@ -26,9 +26,8 @@ from .model import (
     dram_traffic,
     estimate_ours,
     issued,
-    l1_filtered,
     launch_sms,
-    scheduled,
+    launched,
 )
 from .time import blocks_per_sm, kernel_time, mma_rate, warp_rates
 from .traffic import span_union
@@ -124,7 +123,6 @@ def best_tile(
     mma = mma_rate(dtype, precision, hw)
     rates = warp_rates(kind, dtype, precision, hw)
     by_time, by_gma = objective == "time", objective == "gma"
-    fused = kind in tiles.FUSED_KINDS
     occupancy: dict[tuple[int, int, int], int] = {}
     best: tuple[float, float, float, float] | None = None
     best_i = skipped = None
@@ -145,9 +143,7 @@ def best_tile(
         key = (tile.th, tile.tw, tile.tf, tile.tc)
         if key != shape:  # tiles that differ only in threads move and compute the same (one Work)
             shape = key
-            ks = tiles.cluster_split(kind, ops, tile, batch, gpu, dtype)
-            w = l1_filtered(work(tile, batch, residual), hw, dtype == "fp16", fused, ks)
-            w, depth = scheduled(kind, ops, tile, dtype, w, ks)
+            w, depth, ks = launched(kind, ops, tile, dtype, batch, gpu, work(tile, batch, residual))
             gma_by_bps.clear()
             dram_by_bps.clear()
         gma = gma_by_bps.get(bps)

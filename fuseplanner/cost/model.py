@@ -159,13 +159,23 @@ def l1_filtered(w: Work, hw: Hw, half: bool, fused: bool, ks: int = 1) -> Work:
                       ld_read=act + share)
 
 
+def launched(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, batch: int, gpu: GpuSpec,
+             w: Work) -> tuple[Work, int, int]:  # fmt: skip
+    """(`w` as the launch reads and schedules it, chunk loads a block keeps in flight, cluster split):
+    the cluster split (`tiles.cluster_split`) worked out once, then `l1_filtered` and `scheduled`
+    with it."""
+    ks = tiles.cluster_split(kind, ops, tile, batch, gpu, dtype)
+    w = l1_filtered(w, gpu.hw, dtype == "fp16", kind in tiles.FUSED_KINDS, ks)
+    return (*scheduled(kind, ops, tile, dtype, w, ks), ks)
+
+
 def scheduled(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, w: Work, ks: int) -> tuple[Work, int]:
     """(`w` as the launch schedules it, chunk loads a block keeps in flight). A dw_pw or pw/linear
-    cluster split of `ks` blocks (`tiles.cluster_split`, worked out once by the caller) multiplies the
-    blocks and divides each block's chain of chunks, plus one whole latency for the reduction after
-    the loop (cluster barriers and the partial tiles read over distributed shared memory, which
-    nothing overlaps); the bytes and FLOPs stay. Depth: the cp.async ring's stages - 1 (pw/linear and the fused kinds; 1 for a one-stage
-    ring, whose one chunk in flight does not overlap the math), else 1."""
+    cluster split of `ks` blocks (`tiles.cluster_split`) multiplies the blocks and divides each
+    block's chain of chunks, plus one whole latency for the reduction after the loop (cluster
+    barriers and the partial tiles read over distributed shared memory, which nothing overlaps); the
+    bytes and FLOPs stay. Depth: the cp.async ring's stages - 1 (pw/linear and the fused kinds; 1 for
+    a one-stage ring, whose one chunk in flight does not overlap the math), else 1."""
     if kind in tiles.FUSED_KINDS:
         depth = max(1, tiles.fused_stages(kind, ops, tile, dtype) - 1)
     else:
@@ -228,9 +238,7 @@ def estimate_ours(
     bps, limiter = blocks_per_sm(smem, tile.threads, regs, hw)
     if bps < 1:
         return Cost(feasible=False, reason=f"{kind} {tile}: no block fits on an SM ({limiter})")
-    ks = tiles.cluster_split(kind, ops, tile, batch, gpu, dtype)
-    w = l1_filtered(km.work(tile, batch, residual), hw, dtype == "fp16", kind in tiles.FUSED_KINDS, ks)
-    w, depth = scheduled(kind, ops, tile, dtype, w, ks)
+    w, depth, ks = launched(kind, ops, tile, dtype, batch, gpu, km.work(tile, batch, residual))
     w = issued(kind, ops, tile, dtype, precision, coresident(w, bps, ks, hw), ks, hw.fused_load_w)
     conc = hw.sm_count * bps
     dram_r, dram_w = dram_traffic(w, conc, hw)
