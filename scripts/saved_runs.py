@@ -15,14 +15,22 @@ from fuseplanner.errors import FusePlannerError  # noqa: E402
 
 def parse(doc: str, argv=None):
     """(GpuSpec, results paths) from the command line of a script described by `doc`."""
+    return parse_with(doc, argv)[:2]
+
+
+def parse_with(doc: str, argv=None, options=None):
+    """(GpuSpec, results paths, all arguments) of a script described by `doc`; `options(parser)` adds
+    the script's own options."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--gpu", default="h100", help="spec name or TOML path")
     ap.add_argument("results", nargs="+", help="results.json files of validation runs")
+    if options is not None:
+        options(ap)
     args = ap.parse_args(argv)
     missing = [p for p in args.results if not Path(p).is_file()]
     if missing:  # an unmatched glob arrives as its pattern: one line, exit 2
         ap.error(f"no such results file: {missing[0]}")
     try:
-        return specs.gpu(args.gpu), args.results
+        return specs.gpu(args.gpu), args.results, args
     except FusePlannerError as e:  # an unknown spec or a bad TOML: one line, exit 2
         ap.error(str(e))

@@ -1,0 +1,70 @@
+"""Predicted L2 reads of saved counter records split into activations and weights, each as a share of the
+measured reads (no GPU): where a kernel's read error comes from. Per record: the ratio predicted /
+measured reads, then the activation (input windows, residual) and weight parts of the prediction after
+`model.launched` (L2 merging, cluster split) and `model.coresident` (L1 sharing), as fractions of the
+measured reads. A weight share above 1 alone says the model counts more weight reads than L2 saw.
+
+    python3 scripts/read_split.py --gpu h100 --kind pw docs/validation/ncu-2026-11-24-s21/g/runs/*/results.json
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import saved_runs  # noqa: E402
+
+from fuseplanner import fit, report, tiles  # noqa: E402
+from fuseplanner.cost import model  # noqa: E402
+
+
+def split(spec, path: str, kinds: set[str]) -> list[tuple]:
+    """(ratio, run, id, kind, tile, activation share, weight share) of each single-kernel counter record."""
+    data = report.load_results(path)
+    meta = data["meta"]
+    b, dtype = int(meta["batch"]), meta["dtype"]
+    graph = fit._graph(path, meta["model"], b, {})
+    rows = []
+    for r in data["records"]:
+        me = r.get("measured") or {}
+        if me.get("traffic") != "ncu" or len(r["step_kinds"]) != 1 or (kinds and r["kind"] not in kinds):
+            continue
+        st = fit._steps(r, graph, b)[0]
+        km = model.context(st.kind, st.ops, dtype)
+        bps = model.blocks_per_sm(tiles.smem_bytes(st.kind, st.ops, st.tile, dtype), st.tile.threads,
+                                  tiles.regs_per_thread(st.kind, st.tile, dtype), spec.hw)[0]  # fmt: skip
+        w, _, ks = model.launched(st.kind, st.ops, st.tile, dtype, b, spec, km.work(st.tile, b, st.residual))
+        w = model.coresident(w, bps, ks, spec.hw)
+        got = me["gma_read_bytes"]
+        run = f"{meta['model']} {dtype} b{b}"
+        rows.append(
+            (
+                w.gma_read / got,
+                run,
+                r["id"],
+                st.kind,
+                str(st.tile),
+                (w.gma_read - w.w_read) / got,
+                w.w_read / got,
+            )
+        )
+    return rows
+
+
+def main(argv=None) -> None:
+    def options(ap):
+        ap.add_argument("--kind", default="", help="comma-separated kernel kinds (default: all)")
+
+    spec, paths, args = saved_runs.parse_with(__doc__, argv, options)
+    kinds = set(filter(None, args.kind.split(",")))
+    rows = sorted((row for p in paths for row in split(spec, p, kinds)), reverse=True)
+    print("| predicted / measured reads | run | record | kind | tile | activations | weights |")
+    print("|---:|---|---|---|---|---:|---:|")
+    for ratio, run, rid, kind, tile, act, wt in rows:
+        print(f"| {ratio:.2f} | {run} | {rid} | {kind} | {tile} | {act:.2f} | {wt:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
