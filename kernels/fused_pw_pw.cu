@@ -53,8 +53,10 @@ __device__ __forceinline__ bool token_elem(int i, int p0, int H, int& k, int& p)
 }
 #endif
 
+#if XA
 // The input tile into xs (K padding rows C1 .. C1P zero) with 4-byte cp.async (XA), in the caller's
-// open copy group.
+// open copy group. Defined only with XA: an fp16 tile one column wide has no 4-byte pairs, and
+// copy_halo's instantiation for it would not compile.
 __device__ __forceinline__ void copy_input(T* xs, const T* __restrict__ xb, int oy0, int ox0, int H, int W) {
 #if CL
     for (int t = threadIdx.x; t < P * C1P; t += THREADS) {
@@ -66,6 +68,7 @@ __device__ __forceinline__ void copy_input(T* xs, const T* __restrict__ xb, int 
     copy_halo<C1P, C1, TH, TW, LDX>(xs, xb, 0, C1, H, W, oy0, ox0);
 #endif
 }
+#endif
 
 // The input tile into xs through registers (!XA: fp16 tokens, odd widths, unaligned x); all of
 // C1P x NP is written, 0 outside the tensor.

@@ -34,6 +34,7 @@ from opfactory import dw, linear, pw
 from fuseplanner.cost import compulsory, estimate, estimate_op
 from fuseplanner.cost import model as cost_model
 from fuseplanner.cost.traffic import coresident_share, plane_windows_sectors
+from fuseplanner.cost.work import Work
 from fuseplanner.errors import PlanError
 from fuseplanner.ir import Cost, Tile
 from fuseplanner.specs import GpuSpec, gpu
@@ -673,6 +674,38 @@ def test_linear_weight_reads_merge_across_token_tiles():
     on = estimate("linear", (op,), tile, "fp32", 1, replace_spec(H100, l2_coalesce_blocks=3.77))
     assert off.gma_read_bytes - on.gma_read_bytes == pytest.approx(32 * (16_640 - 16_640 / 3.77), abs=32)
     assert on.gma_write_bytes == off.gma_write_bytes and on.time_s == off.time_s  # loads still ask for them
+
+
+def test_weight_readers_span_the_images_of_a_batch():
+    # The grid runs spatial tiles fastest, then filter tiles, then images: a filter tile's readers in
+    # image i + 1 come nsp x nf x ks blocks after those of image i.
+    hw = H100.hw
+    se = Work(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, blocks=8, nf=2, nsp=1)  # 1 spatial tile, 2 filter tiles, 4 images
+    # 1 x 2 x 1 = 2 blocks per image < the 8 the scheduler places on one GPC: the 4 images' readers run
+    # in step, one every 2 blocks
+    assert cost_model.weight_readers(se, 1, hw) == (4, 2.0)
+    big = se._replace(blocks=98 * 4, nf=1, nsp=98)  # 98 spatial tiles: each image's readers merge alone
+    assert cost_model.weight_readers(big, 1, hw) == (98, 1)
+    cl = se._replace(blocks=7 * 4, nf=1, nsp=7)  # clusters of 8: every image's ranks together
+    assert cost_model.weight_readers(cl, 8, hw) == (28, 8)
+    assert cost_model.weight_readers(se._replace(blocks=2), 1, hw) == (1, 1)  # batch 1: the spatial tiles
+
+
+def test_squeeze_excite_weights_merge_across_images():
+    # A 1x1 map PW, 64 -> 128, tile 1x1/f64/c64, fp32, batch 4: 2 filter tiles x 4 images = 8 blocks.
+    # Each block reads its filter tile's 64 rows x 256 B = 512 sectors + a 256 B bias = 520; 8 x 520 =
+    # 4,160 sectors. A filter tile's 4 readers (one per image, 2 blocks apart) are all among the first
+    # 8 blocks, which the scheduler puts on one GPC's run: 4 / 3.77 = 1.061 reads of 4, so L2 sees
+    # 4,160 x 1.061 / 4 = 1,103.6 (above the floor of one read, 1,040): 3,056.4 fewer. The input (64
+    # one-pixel planes per image, a sector each) is read by the 2 filter tiles of its image, 1 block
+    # apart, and merges to one read: 4 x 64 = 256 fewer. Batch 1 saves only its input's 64.
+    op = pw(64, 128, 1, 1)
+    tile = Tile(1, 1, 64, 64, 64)
+    on = replace_spec(H100, l2_coalesce_blocks=3.77)
+    saved = [(estimate("pw", (op,), tile, "fp32", b, H100).gma_read_bytes
+              - estimate("pw", (op,), tile, "fp32", b, on).gma_read_bytes) / 32 for b in (1, 4)]  # fmt: skip
+    assert saved[0] == 64
+    assert saved[1] == pytest.approx(4_160 - 4_160 * (4 / 3.77) / 4 + 4 * 64, abs=1)
 
 
 def replace_spec(spec: GpuSpec, **fields) -> GpuSpec:

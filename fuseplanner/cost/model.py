@@ -97,7 +97,7 @@ def dram_traffic(w: Work, conc: int, hw: Hw) -> tuple[float, float]:
     return reads + extra, dram_write_bytes(w.out_unique, reads + w.out_unique, cap)
 
 
-def coalesced(readers: int, spacing: int, launch: int, cluster: int, hw: Hw) -> float:
+def coalesced(readers: int, spacing: float, launch: int, cluster: int, hw: Hw) -> float:
     """Share of `readers` blocks' reads of the same sectors that reach L2, the readers `spacing`
     blocks apart in a grid of `launch` blocks (in thread-block clusters of `cluster`). L2 sees one read
     per `coalesce` readers that run in step on SMs of one GPC and never one read for two GPCs
@@ -127,14 +127,31 @@ def coalesced(readers: int, spacing: int, launch: int, cluster: int, hw: Hw) -> 
     return max(1.0, reads) / readers
 
 
+def weight_readers(w: Work, ks: int, hw: Hw) -> tuple[int, float]:
+    """(readers, blocks between them) of one filter tile's weights as `coalesced` merges them. The grid
+    runs spatial tiles fastest (`ks` cluster ranks each), then filter tiles, then images, so the tile's
+    readers in one image are its `nsp` spatial tiles, `ks` apart, and the next image's follow
+    `nsp x nf x ks` blocks later. Those of every image are readers together where they run in step:
+    clusters (which merge once per GPC across the launch), and images whose groups fall within one GPC's
+    run of `gpc_chunk` blocks (on average `nf x ks` blocks per reader). Otherwise each image's reads
+    merge on their own (the same share for all). Nsight Compute on the H100 (docs/validation.md,
+    twenty-first session): squeeze-excite PW layers and DW->PW clusters at batch 4 read their weights
+    1.5-4x fewer times than counted per image."""
+    images = w.blocks // max(1, w.nsp * w.nf)
+    period = w.nsp * w.nf * ks
+    if images > 1 and (ks > 1 or period < hw.gpc_chunk):
+        return w.nsp * images, period / w.nsp if ks == 1 else ks
+    return w.nsp, ks
+
+
 def l1_filtered(w: Work, hw: Hw, half: bool, fused: bool, ks: int = 1) -> Work:
     """`w` with its per-block weight reads scaled to what the L2 read counter sees, never below one
     read of every weight. Every spatial tile of a filter tile reads that tile's weights, the blocks
     `ks` apart in the grid (`ks` > 1: a cluster split's ranks between them), so L2 sees a
     `coalesced` share of them (the layer-by-layer PW/linear kernel's weight rows count at that
     share); a fused kernel's weights that every block reads whatever its filter tile (`w_all`, the
-    first PW's of pw_pw and pw_dw_pw) have all `nsp x nf` blocks of an image as readers, one block
-    apart. Of it, a fused kernel's packed PW weight copies count at `fused_weight_l2_fraction`
+    first PW's of pw_pw and pw_dw_pw) have all the launch's blocks as readers, one block apart; the
+    readers of a filter tile's own weights are `weight_readers`. Of it, a fused kernel's packed PW weight copies count at `fused_weight_l2_fraction`
     (`_fp16` for fp16 storage; fitted to Nsight Compute counters on the H100) and its DW filters and
     biases (read by every block of an SM) not again after their first read. Every copy goes through
     L1 (kernels/common.cuh). And with the bytes the time model charges
@@ -147,13 +164,13 @@ def l1_filtered(w: Work, hw: Hw, half: bool, fused: bool, ks: int = 1) -> Work:
         return w._replace(req_read=act, ld_read=act)
     floor = min(w.w_unique, w.w_read)
     launch = w.blocks * ks
-    co = coalesced(w.nsp, ks, launch, ks, hw)
+    co = coalesced(*weight_readers(w, ks, hw), launch, ks, hw)
     if not fused:
         keep = max(co * w.w_read, floor)
         return w._replace(gma_read=w.gma_read - w.w_read + keep, w_read=keep, req_read=act + w.w_read,
                           ld_read=act + w.w_read)
     share = hw.fused_w_load * w.w_read
-    l2 = co * (w.w_read - w.w_l1 - w.w_all) + coalesced(w.nsp * w.nf, 1, launch, ks, hw) * w.w_all
+    l2 = co * (w.w_read - w.w_l1 - w.w_all) + coalesced(w.blocks, 1, launch, ks, hw) * w.w_all
     keep = max(hw.fused_w_l2[half] * l2, floor)
     return w._replace(gma_read=w.gma_read - w.w_read + keep, w_read=keep, req_read=act + max(share, floor),
                       ld_read=act + share)

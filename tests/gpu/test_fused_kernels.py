@@ -265,3 +265,17 @@ def test_fp16_odd_width_halo(kind, k, s, pad, offset):
         assert np.isfinite(host).all(), f"{np.isnan(host).sum()} outputs not written for tile {tile}"
         err = rel_err(host, reference(kind, ops, x.astype(np.float64), params))
         assert err < TOL[("fp16", "fp32")], f"rel err {err:.2e} for tile {tile} (XA {xa})"
+
+
+@pytest.mark.parametrize("dtype,precision", MODES)
+def test_squeeze_excite_pair_on_a_one_pixel_map(dtype, precision):
+    """MobileNetV3's squeeze-excite pairs (1x1 maps) at one-column tiles: fp16 stages them through
+    registers; until 2026-11-24 the kernel also compiled the 4-byte copy path and failed to build."""
+    ops = (conv_op("q", "pw", 480, 120, 1, 1, act="relu", batch=2),
+           conv_op("r", "pw", 120, 480, 1, 1, act="hardsigmoid", batch=2))
+    ran = 0
+    for i, tile in enumerate((Tile(1, 1, 256, 64, 256), Tile(1, 1, 64, 16, 64))):
+        if tiles.check("pw_pw", ops, tile, dtype, GPU) is None:  # fp32's 256 filters need too much shared memory
+            run_case("pw_pw", ops, tile, dtype, precision, seed=900 + i)
+            ran += 1
+    assert ran
