@@ -16,29 +16,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import saved_runs  # noqa: E402
 
-from fuseplanner import fit, report, tiles  # noqa: E402
 from fuseplanner.cost import model  # noqa: E402
 
 
 def split(spec, path: str, kinds: set[str]) -> list[tuple]:
     """(ratio, run, id, kind, tile, activation share, weight share) of each single-kernel counter record."""
-    data = report.load_results(path)
-    meta = data["meta"]
-    b, dtype = int(meta["batch"]), meta["dtype"]
-    graph = fit._graph(path, meta["model"], b, {})
     rows = []
-    for r in data["records"]:
-        me = r.get("measured") or {}
-        if me.get("traffic") != "ncu" or len(r["step_kinds"]) != 1 or (kinds and r["kind"] not in kinds):
-            continue
-        st = fit._steps(r, graph, b)[0]
-        km = model.context(st.kind, st.ops, dtype)
-        bps = model.blocks_per_sm(tiles.smem_bytes(st.kind, st.ops, st.tile, dtype), st.tile.threads,
-                                  tiles.regs_per_thread(st.kind, st.tile, dtype), spec.hw)[0]  # fmt: skip
-        w, _, ks = model.launched(st.kind, st.ops, st.tile, dtype, b, spec, km.work(st.tile, b, st.residual))
-        w = model.coresident(w, bps, ks, spec.hw)
-        got = me["gma_read_bytes"]
-        run = f"{meta['model']} {dtype} b{b}"
+    for run, r, st, w, bps, ks in saved_runs.launched_records(spec, path, kinds):
+        w = model.coresident(w, bps, ks, spec.hw, st.kind not in model.UNMERGED_INPUT_KINDS)
+        got = r["measured"]["gma_read_bytes"]
         rows.append(
             (
                 w.gma_read / got,

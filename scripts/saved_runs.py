@@ -34,3 +34,29 @@ def parse_with(doc: str, argv=None, options=None):
         return specs.gpu(args.gpu), args.results, args
     except FusePlannerError as e:  # an unknown spec or a bad TOML: one line, exit 2
         ap.error(str(e))
+
+
+def launched_records(spec, path: str, kinds=()):
+    """(run label, record, step, launched Work, blocks per SM, cluster split) of each single-kernel
+    record of a saved run that Nsight Compute counted (of `kinds`, when given): the record's kernel as
+    `cost.model.launched` reads and schedules it, before `coresident`."""
+    from fuseplanner import fit, report, tiles
+    from fuseplanner.cost import model
+
+    data = report.load_results(path)
+    meta = data["meta"]
+    b, dtype = int(meta["batch"]), meta["dtype"]
+    graph = fit._graph(path, meta["model"], b, {})
+    run = f"{meta['model']} {dtype} b{b}"
+    for r in data["records"]:
+        me = r.get("measured") or {}
+        if me.get("traffic") != "ncu" or len(r["step_kinds"]) != 1 or (kinds and r["kind"] not in kinds):
+            continue
+        st = fit._steps(r, graph, b)[0]
+        km = model.context(st.kind, st.ops, dtype)
+        smem = tiles.smem_bytes(st.kind, st.ops, st.tile, dtype)
+        bps = model.blocks_per_sm(
+            smem, st.tile.threads, tiles.regs_per_thread(st.kind, st.tile, dtype), spec.hw
+        )[0]
+        w, _, ks = model.launched(st.kind, st.ops, st.tile, dtype, b, spec, km.work(st.tile, b, st.residual))
+        yield run, r, st, w, bps, ks

@@ -708,5 +708,33 @@ def test_squeeze_excite_weights_merge_across_images():
     assert saved[1] == pytest.approx(4_160 - 4_160 * (4 / 3.77) / 4 + 4 * 64, abs=1)
 
 
+def test_pw_dw_and_dw_pw_input_rereads_do_not_merge_in_l2():
+    # 2 spatial tiles x 4 filter tiles = an 8-block launch reading 1,000 B of input windows again per
+    # filter tile (in_read), one block per SM (no L1 sharing). Where L2 merges them (pw_pw, pw_dw_pw):
+    # the 4 readers of a window are 2 blocks apart among the launch's first 8, which one GPC's run
+    # holds: 4 / 3.77 = 1.061 reads of 4 -> 1,000 x (1 - 1.061 / 4) = 734.7 B never reach L2. PW->DW and
+    # DW->PW launches read theirs once per filter tile (Nsight Compute, twenty-first session): nothing.
+    hw = replace_spec(H100, l2_coalesce_blocks=3.77).hw
+    w = Work(2_000, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, blocks=8, nf=4, nsp=2, in_read=1_000)
+    merged = cost_model.coresident(w, 1, 1, hw)
+    assert w.gma_read - merged.gma_read == pytest.approx(1_000 * (1 - (4 / 3.77) / 4))
+    assert merged.l1_hits == pytest.approx(w.gma_read - merged.gma_read)  # the loads still request them
+    assert cost_model.coresident(w, 1, 1, hw, merged=False) == w
+    assert cost_model.UNMERGED_INPUT_KINDS == {"pw_dw", "dw_pw"}
+    # through the estimate: a PW->DW group's reads do not depend on the merging of its inputs
+    e, d = pw(16, 64, 16, 16), dw(64, 16, 16, 3)
+    tile = Tile(8, 16, 16, 16, 128)  # 2 spatial tiles, 4 filter tiles
+    on = estimate("pw_dw", (e, d), tile, "fp32", 1, replace_spec(H100, l2_coalesce_blocks=3.77))  # merging on
+    off = estimate("pw_dw", (e, d), tile, "fp32", 1, H100)
+    km = cost_model.context("pw_dw", (e, d), "fp32")
+    wk = km.work(tile, 1, False)
+    assert (wk.nsp, wk.nf) == (2, 4) and wk.in_read > 0 and on.feasible
+    # the whole difference is the weights' merging (l1_filtered), none of it the input windows
+    spec_on = replace_spec(H100, l2_coalesce_blocks=3.77)
+    w_on, w_off = (cost_model.launched("pw_dw", (e, d), tile, "fp32", 1, s, wk)[0].w_read for s in (spec_on, H100))
+    assert off.gma_read_bytes - on.gma_read_bytes == pytest.approx(w_off - w_on, abs=32)
+    assert on.gma_read_bytes > w_on + 0.9 * wk.in_read  # every window re-read counted
+
+
 def replace_spec(spec: GpuSpec, **fields) -> GpuSpec:
     return GpuSpec.model_validate({**spec.model_dump(), **fields})

@@ -55,3 +55,28 @@ def test_read_split_parts_add_up_to_the_predicted_reads():
         # both parts are fractions of the same measured reads: together the predicted / measured ratio
         assert act > 0 and wt >= 0 and abs(act + wt - ratio) < 1e-9
     assert len(read_split.split(specs.gpu("h100"), str(RUN), set())) > len(rows)  # no filter: every kind
+
+
+def test_input_merging_replays_the_models_own_share():
+    import math
+
+    import input_merging
+    import read_split
+
+    from fuseplanner import specs
+    from fuseplanner.cost import model
+
+    spec = specs.gpu("h100")
+    variants = input_merging.errors(spec, str(RUN))
+    ratios = {}
+    for ratio, _, _, kind, *_ in read_split.split(spec, str(RUN), set()):
+        ratios.setdefault(kind, []).append(abs(math.log(ratio)))
+    assert variants  # EfficientNet-B0's sweep has fused records whose inputs are re-read
+    for kind, rows in variants.items():
+        # the model's choice: both factors, or co-residency only for UNMERGED_INPUT_KINDS
+        col = 1 if kind in model.UNMERGED_INPUT_KINDS else 0
+        # each record's error under the model's own share is the one read_split prints for it
+        assert len(rows) <= len(ratios[kind])
+        assert all(any(abs(r[col] - x) < 1e-9 for x in ratios[kind]) for r in rows)
+        # and the other column differs somewhere (the replay really switches the factor)
+        assert any(abs(r[0] - r[1]) > 1e-6 for rows_ in variants.values() for r in rows_)

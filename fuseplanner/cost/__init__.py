@@ -21,6 +21,7 @@ from .layers import VIEW_OPS, stream_cost
 from .model import (
     MEMBERS,
     PRECISIONS,
+    UNMERGED_INPUT_KINDS,
     context,
     coresident,
     dram_traffic,
@@ -148,7 +149,7 @@ def best_tile(
             dram_by_bps.clear()
         gma = gma_by_bps.get(bps)
         if gma is None:
-            wb = coresident(w, bps, ks, hw)
+            wb = coresident(w, bps, ks, hw, kind not in UNMERGED_INPUT_KINDS)
             gma = gma_by_bps[bps] = whole_bytes(wb.gma_read / 32.0) + whole_bytes(wb.gma_write / 32.0)
         if by_gma and best is not None and gma > best[0]:
             continue

@@ -220,17 +220,28 @@ def issued(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, precision: st
     return w._replace(cuda_issue=dw * n, mma_issue=pw * n)
 
 
-def coresident(w: Work, bps: int, ks: int, hw: Hw) -> Work:
+#: Fused kinds whose filter tiles' re-reads of an input window L2 does not merge: Nsight Compute on the
+#: H100 shows PW->DW and DW->PW launches of 8-64 blocks (2 spatial tiles, 4-8 filter tiles) reading their
+#: windows once per filter tile, where `coalesced` merges 4 readers 2 blocks apart into one; the
+#: layer-by-layer PW, pw_pw and pw_dw_pw inputs merge as it says (docs/validation.md, twenty-first
+#: session). Why these two kinds differ is not known: their windows are halo windows copied per
+#: channel chunk with 4-byte copies, the others' 16-byte tiles or one staged window.
+UNMERGED_INPUT_KINDS = frozenset({"pw_dw", "dw_pw"})
+
+
+def coresident(w: Work, bps: int, ks: int, hw: Hw, merged: bool = True) -> Work:
     """`w` with the input re-reads that never reach L2 moved from `gma_read` to `l1_hits` (L2 sees
     them once, the loads still request them: the time model's `req_read`/`ld_read` are unchanged): of
     the windows each filter tile reads again (`in_read`, every kind but dw), those that co-resident
     blocks of one SM share through L1 (`traffic.coresident_share`) or whose reads L2 merges
     (`coalesced`: the filter tiles of a spatial tile are `nsp` blocks apart). Every copy goes through
     L1 (kernels/common.cuh). Not for cluster launches (`ks` > 1), which the scheduler places per GPU
-    processing cluster."""
+    processing cluster. `merged` False: L2 does not merge them (`UNMERGED_INPUT_KINDS`)."""
     if not w.in_read or ks > 1:
         return w
-    share = coresident_share(w.nsp, w.nf, hw.sm_count, bps) * coalesced(w.nf, w.nsp, w.blocks, 1, hw)
+    share = coresident_share(w.nsp, w.nf, hw.sm_count, bps)
+    if merged:
+        share *= coalesced(w.nf, w.nsp, w.blocks, 1, hw)
     saved = w.in_read * (1.0 - max(share, 1.0 / max(w.nf, 1)))
     if saved <= 0.0:
         return w
@@ -256,7 +267,7 @@ def estimate_ours(
     if bps < 1:
         return Cost(feasible=False, reason=f"{kind} {tile}: no block fits on an SM ({limiter})")
     w, depth, ks = launched(kind, ops, tile, dtype, batch, gpu, km.work(tile, batch, residual))
-    w = issued(kind, ops, tile, dtype, precision, coresident(w, bps, ks, hw), ks, hw.fused_load_w)
+    w = issued(kind, ops, tile, dtype, precision, coresident(w, bps, ks, hw, kind not in UNMERGED_INPUT_KINDS), ks, hw.fused_load_w)
     conc = hw.sm_count * bps
     dram_r, dram_w = dram_traffic(w, conc, hw)
     rates = warp_rates(kind, dtype, precision, hw)
