@@ -23,7 +23,7 @@ def split(spec, path: str, kinds: set[str]) -> list[tuple]:
     """(ratio, run, id, kind, tile, activation share, weight share) of each single-kernel counter record."""
     rows = []
     for run, r, st, w, bps, ks in saved_runs.launched_records(spec, path, kinds):
-        w = model.coresident(w, bps, ks, spec.hw, st.kind not in model.UNMERGED_INPUT_KINDS)
+        w = model.coresident(w, bps, ks, spec.hw, st.kind)
         got = r["measured"]["gma_read_bytes"]
         rows.append(
             (

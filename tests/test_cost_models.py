@@ -680,7 +680,8 @@ def test_weight_readers_span_the_images_of_a_batch():
     # The grid runs spatial tiles fastest, then filter tiles, then images: a filter tile's readers in
     # image i + 1 come nsp x nf x ks blocks after those of image i.
     hw = H100.hw
-    se = Work(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, blocks=8, nf=2, nsp=1)  # 1 spatial tile, 2 filter tiles, 4 images
+    # 1 spatial tile, 2 filter tiles, 4 images
+    se = Work(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, blocks=8, nf=2, nsp=1)
     # 1 x 2 x 1 = 2 blocks per image < the 8 the scheduler places on one GPC: the 4 images' readers run
     # in step, one every 2 blocks
     assert cost_model.weight_readers(se, 1, hw) == (4, 2.0)
@@ -716,10 +717,10 @@ def test_pw_dw_and_dw_pw_input_rereads_do_not_merge_in_l2():
     # DW->PW launches read theirs once per filter tile (Nsight Compute, twenty-first session): nothing.
     hw = replace_spec(H100, l2_coalesce_blocks=3.77).hw
     w = Work(2_000, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, blocks=8, nf=4, nsp=2, in_read=1_000)
-    merged = cost_model.coresident(w, 1, 1, hw)
+    merged = cost_model.coresident(w, 1, 1, hw, "pw_pw")
     assert w.gma_read - merged.gma_read == pytest.approx(1_000 * (1 - (4 / 3.77) / 4))
     assert merged.l1_hits == pytest.approx(w.gma_read - merged.gma_read)  # the loads still request them
-    assert cost_model.coresident(w, 1, 1, hw, merged=False) == w
+    assert cost_model.coresident(w, 1, 1, hw, "pw_dw") == cost_model.coresident(w, 1, 1, hw, "dw_pw") == w
     assert cost_model.UNMERGED_INPUT_KINDS == {"pw_dw", "dw_pw"}
     # through the estimate: a PW->DW group's reads do not depend on the merging of its inputs
     e, d = pw(16, 64, 16, 16), dw(64, 16, 16, 3)
@@ -731,7 +732,8 @@ def test_pw_dw_and_dw_pw_input_rereads_do_not_merge_in_l2():
     assert (wk.nsp, wk.nf) == (2, 4) and wk.in_read > 0 and on.feasible
     # the whole difference is the weights' merging (l1_filtered), none of it the input windows
     spec_on = replace_spec(H100, l2_coalesce_blocks=3.77)
-    w_on, w_off = (cost_model.launched("pw_dw", (e, d), tile, "fp32", 1, s, wk)[0].w_read for s in (spec_on, H100))
+    w_on, w_off = (cost_model.launched("pw_dw", (e, d), tile, "fp32", 1, s, wk)[0].w_read
+                   for s in (spec_on, H100))  # fmt: skip
     assert off.gma_read_bytes - on.gma_read_bytes == pytest.approx(w_off - w_on, abs=32)
     assert on.gma_read_bytes > w_on + 0.9 * wk.in_read  # every window re-read counted
 

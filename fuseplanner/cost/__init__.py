@@ -21,7 +21,6 @@ from .layers import VIEW_OPS, stream_cost
 from .model import (
     MEMBERS,
     PRECISIONS,
-    UNMERGED_INPUT_KINDS,
     context,
     coresident,
     dram_traffic,
@@ -149,7 +148,7 @@ def best_tile(
             dram_by_bps.clear()
         gma = gma_by_bps.get(bps)
         if gma is None:
-            wb = coresident(w, bps, ks, hw, kind not in UNMERGED_INPUT_KINDS)
+            wb = coresident(w, bps, ks, hw, kind)
             gma = gma_by_bps[bps] = whole_bytes(wb.gma_read / 32.0) + whole_bytes(wb.gma_write / 32.0)
         if by_gma and best is not None and gma > best[0]:
             continue

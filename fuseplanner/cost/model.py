@@ -151,14 +151,14 @@ def l1_filtered(w: Work, hw: Hw, half: bool, fused: bool, ks: int = 1) -> Work:
     `coalesced` share of them (the layer-by-layer PW/linear kernel's weight rows count at that
     share); a fused kernel's weights that every block reads whatever its filter tile (`w_all`, the
     first PW's of pw_pw and pw_dw_pw) have all the launch's blocks as readers, one block apart; the
-    readers of a filter tile's own weights are `weight_readers`. Of it, a fused kernel's packed PW weight copies count at `fused_weight_l2_fraction`
-    (`_fp16` for fp16 storage; fitted to Nsight Compute counters on the H100) and its DW filters and
-    biases (read by every block of an SM) not again after their first read. Every copy goes through
-    L1 (kernels/common.cuh). And with the bytes the time model charges
-    the blocks' loads (`req_read`: window rows that share sectors at their requested size and, for
-    the fused kinds, `fused_weight_load_fraction` of all weight reads, L1 hits included, never below
-    one read of every weight; `ld_read`, the same without the floor: the floor is a total, not a
-    per-block cost); the layer-by-layer kernels' loads are charged every weight read."""
+    readers of a filter tile's own weights are `weight_readers`. Of it, a fused kernel's packed PW
+    weight copies count at `fused_weight_l2_fraction` (`_fp16` for fp16 storage; fitted to Nsight
+    Compute counters on the H100) and its DW filters and biases (read by every block of an SM) not
+    again after their first read. Every copy goes through L1 (kernels/common.cuh). And with the bytes
+    the time model charges the blocks' loads (`req_read`: window rows that share sectors at their
+    requested size and, for the fused kinds, `fused_weight_load_fraction` of all weight reads, L1 hits
+    included, never below one read of every weight; `ld_read`, the same without the floor: the floor
+    is a total, not a per-block cost); the layer-by-layer kernels' loads are charged every weight read."""
     act = w.gma_read - w.w_read + w.l1_hits
     if not w.w_read:
         return w._replace(req_read=act, ld_read=act)
@@ -229,18 +229,18 @@ def issued(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, precision: st
 UNMERGED_INPUT_KINDS = frozenset({"pw_dw", "dw_pw"})
 
 
-def coresident(w: Work, bps: int, ks: int, hw: Hw, merged: bool = True) -> Work:
+def coresident(w: Work, bps: int, ks: int, hw: Hw, kind: str) -> Work:
     """`w` with the input re-reads that never reach L2 moved from `gma_read` to `l1_hits` (L2 sees
     them once, the loads still request them: the time model's `req_read`/`ld_read` are unchanged): of
     the windows each filter tile reads again (`in_read`, every kind but dw), those that co-resident
     blocks of one SM share through L1 (`traffic.coresident_share`) or whose reads L2 merges
     (`coalesced`: the filter tiles of a spatial tile are `nsp` blocks apart). Every copy goes through
     L1 (kernels/common.cuh). Not for cluster launches (`ks` > 1), which the scheduler places per GPU
-    processing cluster. `merged` False: L2 does not merge them (`UNMERGED_INPUT_KINDS`)."""
+    processing cluster. L2 merges none of the re-reads of a `kind` in `UNMERGED_INPUT_KINDS`."""
     if not w.in_read or ks > 1:
         return w
     share = coresident_share(w.nsp, w.nf, hw.sm_count, bps)
-    if merged:
+    if kind not in UNMERGED_INPUT_KINDS:
         share *= coalesced(w.nf, w.nsp, w.blocks, 1, hw)
     saved = w.in_read * (1.0 - max(share, 1.0 / max(w.nf, 1)))
     if saved <= 0.0:
@@ -267,7 +267,7 @@ def estimate_ours(
     if bps < 1:
         return Cost(feasible=False, reason=f"{kind} {tile}: no block fits on an SM ({limiter})")
     w, depth, ks = launched(kind, ops, tile, dtype, batch, gpu, km.work(tile, batch, residual))
-    w = issued(kind, ops, tile, dtype, precision, coresident(w, bps, ks, hw, kind not in UNMERGED_INPUT_KINDS), ks, hw.fused_load_w)
+    w = issued(kind, ops, tile, dtype, precision, coresident(w, bps, ks, hw, kind), ks, hw.fused_load_w)
     conc = hw.sm_count * bps
     dram_r, dram_w = dram_traffic(w, conc, hw)
     rates = warp_rates(kind, dtype, precision, hw)
