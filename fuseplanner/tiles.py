@@ -553,6 +553,23 @@ def dw_rows_per_item(nch: int, th: int, tw: int, threads: int) -> int:
     return 1
 
 
+def dw_lbl_rows_per_item(tf: int, th: int, tw: int, threads: int) -> int:
+    """Output rows one thread item of the layer-by-layer DW kernel covers (the V define of
+    kernels/dw.cu): 4, 2 or 1, the most that divides th and splits the tile's items evenly over the
+    block's threads. The launcher (kernels.lbl) and the cost model (cost.dw) both read it here."""
+    return next((v for v in (4, 2) if th % v == 0 and (tf * (th // v) * tw) % threads == 0), 1)
+
+
+def output_rows_per_item(kind: str, tile: Tile) -> int:
+    """Output rows a thread item stores one after another (`cost.requests.tile_write_sectors`): the
+    DW stencil's V of the dw and pw_dw kernels, 1 for the kinds that store a staged tile."""
+    if kind == "dw":
+        return dw_lbl_rows_per_item(tile.tf, tile.th, tile.tw, tile.threads)
+    if kind == "pw_dw":
+        return dw_rows_per_item(tile.tf, tile.th, tile.tw, tile.threads)
+    return 1
+
+
 #: Accumulator registers per thread above which a work split is penalised (spills follow).
 MAX_ACC = 128
 

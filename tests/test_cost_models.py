@@ -88,15 +88,19 @@ def test_dw_background_h100_case():
 
 def test_dw_fp16_stride2():
     c = estimate("dw", (dw(32, 16, 16, s=2),), Tile(4, 8, 16, 16, 128), "fp16", 1, H100)
-    # out 8x8, nh = 2, nw = 1; window 9 x 17 (pad 1)
-    # rows: [-1,8)->8, [7,16)->9 = 17; cols: [0,16) = 32 B at phase 0 (pitch 32) -> 1;  per plane 17
-    # input 32 planes * 17 = 544; weights fp32: 2 parts of 16*9*4 = 576 B (18 + 18) + fp32 bias
-    #   2 x 64 B (2 + 2) = 40 per spatial tile x 2 = 80;  read = 624 sectors = 19,968 B
-    # write: rows of 16 B are narrower than a sector, so a tile's 4 rows (64 contiguous bytes, the
-    # plane at phase 0 or 16 x 8 x 8 x 2 = 128 B: aligned) write 2 sectors together: 32 planes x 2
-    # tiles x 2 = 128 sectors = 4,096 B (per row segment it would be 256)
+    # out 8x8, nh = 2, nw = 1; window 9 x 17 (pad 1), staged in 8-byte vectors (VEC 4) from column
+    # -4: vectors at -4 (outside, not loaded), 0, 4, 8, 12 -> each window row is the whole 32-B map row
+    # rows: [-1,8)->8, [7,16)->9 per plane; a block's 16 planes of 512 B share no sector (its rows
+    # 0-7 or 7-15 of each), so its distinct sectors are 16 x 8 = 128 or 16 x 9 = 144: 2 channel tiles
+    # x 272 = 544; weights fp32: 2 parts of 16*9*4 = 576 B (18 + 18) + fp32 bias 2 x 64 B (2 + 2) =
+    # 40 per spatial tile x 2 = 80 (the L2 merging of the 2 spatial tiles' weight reads is off here)
+    # read = 624 sectors = 19,968 B
+    # write: V = 4 rows per item (16 x 1 x 8 = 128 items for 128 threads); a warp's 32 items are 4
+    # planes x 8 columns and each of its 4 store instructions writes one 16-B row of each plane (128
+    # B apart): 4 sectors; 4 warps x 4 x 4 = 64 per block x 4 blocks = 256 sectors = 8,192 B (rows 2j
+    # and 2j + 1 share a sector but are written by different instructions)
     # DRAM: input 32*16*16*2 = 16,384 + weights 32*9*4 = 1,152 + bias 32*4 = 128 -> 17,664 B
-    check(c, 19_968, 4_096, 17_664, 2 * 9 * 32 * 64, 0, 4)
+    check(c, 19_968, 8_192, 17_664, 2 * 9 * 32 * 64, 0, 4)
 
 
 def test_dw_unaligned_batch2_residual():
@@ -231,10 +235,12 @@ def test_pw_dw_fp16():
     #   -> 1-3 = 3; 6 per plane x 8 planes = 48 (fp32: 10 rows x 1 sector of 32 B = 10 per plane)
     # weights per tile: PW packed fp16, rows of 16 x 2 = 32 B aligned -> 8 rows = 8 + bias 2, DW fp32
     #   18 + bias 2 -> 30 x 2 = Wr 60; Wu = 30, Wc = 8 x 2 = 16 -> keep = max(4.8, min(30, 60)) = 30
-    # read 48 + 30 = 78 = 2,496 B; write: 16 B output rows share sectors, a 4x8 tile's rows are 64
-    #   contiguous bytes (phase 0) = 2 sectors, 2 tiles x 16 planes = 64 = 2,048 B (per row: 128)
+    # read 48 + 30 = 78 = 2,496 B; write: DWV 4 (16 x 1 x 8 = 128 items for 128 threads), a warp's
+    #   32 items are 4 planes x 8 columns and each of its 4 store instructions writes one 16-B row of
+    #   each plane (128 B apart): 4 sectors; 4 warps x 4 x 4 = 64 per block x 2 blocks = 128 = 4,096 B
+    #   (the 16-B rows 2j and 2j + 1 share a sector but are stored by different instructions)
     # DRAM input 1,024 + PW fp16 256 + bias 64 + DW 576 + 64 = 1,984
-    check(c, 2_496, 2_048, 1_984, 34_816, 4_096, 2)
+    check(c, 2_496, 4_096, 1_984, 34_816, 4_096, 2)
 
 
 def test_pw_dw_batch2():

@@ -80,3 +80,22 @@ def test_input_merging_replays_the_models_own_share():
         assert all(any(abs(r[col] - x) < 1e-9 for x in ratios[kind]) for r in rows)
         # and the other column differs somewhere (the replay really switches the factor)
         assert any(abs(r[0] - r[1]) > 1e-6 for rows_ in variants.values() for r in rows_)
+
+
+def test_traffic_ratios_are_measured_over_predicted(capsys):
+    import traffic_ratios
+
+    from fuseplanner import fit, report, specs
+
+    spec = specs.gpu("h100")
+    got = traffic_ratios.ratios(spec, [str(RUN)])
+    data = fit.repredict(report.load_results(str(RUN)), spec)
+    # recompute one kind's writes by hand from the re-predicted records
+    want = sorted(r["measured"]["gma_write_bytes"] / r["predicted"]["ours"]["gma_write_bytes"]
+                  for r in data["records"] if r["kind"] == "pw_dw" and len(r["step_kinds"]) == 1
+                  and (r.get("measured") or {}).get("traffic") == "ncu")  # fmt: skip
+    assert want and sorted(got["write", "pw_dw", "fp32"]) == want
+    assert len(got["gma", "pw_dw", ""]) == len(want)
+    assert traffic_ratios.main(["--gpu", "h100", str(RUN)]) == 0
+    out = capsys.readouterr().out
+    assert "| write | pw_dw | fp32 |" in out and "| pw_dw |" in out

@@ -101,8 +101,9 @@ def best_tile(
     The numbers come from the same calls, with the same arguments, as in `model.estimate_ours`:
     keep the two in step (tests/test_tile_search.py compares this search with a brute-force one over
     `estimate`, and the planner checks the winner's rank against its `estimate`). Tiles that differ
-    only in their thread count share one `Work` (a launch's traffic and FLOPs depend on th, tw, tf
-    and tc only; `feasible` lists them consecutively) and, at equal occupancy, its L2-level bytes
+    only in their thread count share one `Work` unless the threads change the rows a thread item
+    stores (`tiles.output_rows_per_item`; a launch's traffic and FLOPs depend on th, tw, tf and tc
+    otherwise; `feasible` lists them consecutively) and, at equal occupancy, its L2-level bytes
     (co-resident blocks share reads, `model.coresident`) and DRAM traffic.
     The search is exact; it only skips work that cannot change the result: for the "gma" objective
     a tile whose L2-level bytes exceed the best so far is not timed, for "dram" one whose DRAM
@@ -140,8 +141,8 @@ def best_tile(
             if skipped is None:
                 skipped = i
             continue
-        key = (tile.th, tile.tw, tile.tf, tile.tc)
-        if key != shape:  # tiles that differ only in threads move and compute the same (one Work)
+        key = (tile.th, tile.tw, tile.tf, tile.tc, tiles.output_rows_per_item(kind, tile))
+        if key != shape:  # tiles that differ only in threads (not in how they store) share one Work
             shape = key
             w, depth, ks = launched(kind, ops, tile, dtype, batch, gpu, work(tile, batch, residual))
             gma_by_bps.clear()

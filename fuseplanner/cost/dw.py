@@ -9,7 +9,9 @@ on CUDA cores in fp32 (fp16 storage is widened).
 
 from __future__ import annotations
 
+from .. import tiles
 from ..ir import Tile
+from .requests import tile_write_sectors, window_load_sectors
 from .shapes import Geom
 from .traffic import sectors
 from .work import (
@@ -74,9 +76,13 @@ class DwModel(KernelModel):
         nf, planes, w_sec = ch
         out = g.co * out_plane
         out_u = tensor_bytes(b * g.out_elems, e)
+        v = tiles.output_rows_per_item("dw", tile)
+        read, hits = planes * in_plane, planes * (in_req - in_plane)
+        if g.co == g.c:  # the kernel's mapping (channel multiplier 1): its window copies, instruction by instruction
+            read, hits = self.window_reads(tile), 0.0
         return Work(
-            gma_read=32.0 * b * (planes * in_plane + nsp * w_sec + (out if residual else 0.0)),
-            gma_write=32.0 * b * out,
+            gma_read=32.0 * b * (read + nsp * w_sec + (out if residual else 0.0)),
+            gma_write=32.0 * b * tile_write_sectors(g.co, g.ho, g.wo, e, tile.tf, tile.th, tile.tw, v),
             in_unique=whole_bytes(b * g.c * in_uniq),
             w_unique=self.w_unique,
             res_unique=out_u if residual else 0.0,
@@ -90,5 +96,14 @@ class DwModel(KernelModel):
             blocks=nsp * nf * b,
             nf=nf,
             nsp=nsp,
-            l1_hits=32.0 * b * planes * (in_req - in_plane),
+            l1_hits=32.0 * b * hits,
+            w_read=32.0 * b * nsp * w_sec,
         )
+
+    def window_reads(self, tile: Tile) -> float:
+        """Read sectors of one image's input as kernels/dw.cu stages the halo windows
+        (`requests.window_load_sectors`, in the vectors of `tiles.dw_vector_elems`)."""
+        g, e = self.gs[0], self.e
+        hh, ww = halo(g, tile.th, tile.tw)
+        return window_load_sectors(g.c, g.h, g.w, e, tile.tf, hh, ww, cdiv(g.ho, tile.th), cdiv(g.wo, tile.tw),
+                                   tile.th * g.sh, tile.tw * g.sw, g.pt, g.pl, tiles.dw_vector_elems(g.w, e), True)

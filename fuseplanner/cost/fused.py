@@ -30,6 +30,7 @@ from .. import tiles
 from ..ir import Tile
 from .dw import dw_weight_sectors, dw_weight_unique, halo
 from .pw import input_unique, pw_weight_unique
+from .requests import tile_write_sectors
 from .shapes import Geom
 from .traffic import plane_windows_sectors, row_sectors, sectors, span_total
 from .work import (
@@ -75,18 +76,28 @@ class FusedModel(KernelModel):
         self.w_unique = sum(dw_weight_unique(g) if g.depthwise else pw_weight_unique(g, PARAM_BYTES) for g in self.gs)
         self.useful = 2.0 * sum(g.macs for g in self.gs)
 
+    def written(self, tile: Tile, v: int = 1) -> float:
+        """Write sectors of one image's output as the kernel stores it item by item from its tile, `v`
+        rows per item (`stores.tile_write_sectors`; a token-major output is one plane of tokens x
+        channels)."""
+        g = self.last
+        if g.tokens_major:
+            return tile_write_sectors(1, g.ho, g.co, self.e, 1, tile.th, tile.tf, 1)
+        return tile_write_sectors(g.co, g.ho, g.wo, self.e, tile.tf, tile.th, tile.tw, v)
+
     def assemble(self, b: int, residual: bool, read: float, wread: float, out: float, nf: int, nsp: int,
                  iters: int, cuda: float, mma: float, in_unique: float, hits: float = 0.0,
-                 wl1: float = 0.0, wall: float = 0.0) -> Work:  # fmt: skip
-        """Work from per-image sector counts (activation reads, weight reads, output; `hits`: activation
-        sectors the loads request beyond `read`, served by L1; `wl1`: the part of `wread` copied through
-        L1, DW filters and biases; `wall`: the rest of `wread` that every block reads whatever its
-        filter tile, the first PW's packed weights) and FLOPs."""
+                 wl1: float = 0.0, wall: float = 0.0, written: float | None = None) -> Work:  # fmt: skip
+        """Work from per-image sector counts (activation reads, weight reads, output as the residual
+        reads it; `hits`: activation sectors the loads request beyond `read`, served by L1; `wl1`: the
+        part of `wread` copied through L1, DW filters and biases; `wall`: the rest of `wread` that every
+        block reads whatever its filter tile, the first PW's packed weights; `written`: the output's
+        write sectors where the stores count otherwise than `out`) and FLOPs."""
         e, first, last = self.e, self.first, self.last
         out_u = tensor_bytes(b * last.out_elems, e)
         return Work(
             gma_read=32.0 * b * (read + wread + (out if residual else 0.0)),
-            gma_write=32.0 * b * out,
+            gma_write=32.0 * b * (out if written is None else written),
             in_unique=in_unique,
             w_unique=self.w_unique,
             res_unique=out_u if residual and not self.res_is_input else 0.0,
@@ -127,8 +138,9 @@ class PwDwModel(FusedModel):
         gp, gd = self.gs
         nsp, in_s, out, pw_done, hit = sp
         nf, w_sec, iters, w_u, l1 = ch
-        w = self.assemble(b, residual, nf * in_s, nsp * w_sec, out, nf, nsp, iters,
-                          2.0 * gd.macs, pw_done, input_unique(gp, self.e, b), nf * hit, nsp * l1)  # fmt: skip
+        v = tiles.output_rows_per_item("pw_dw", tile)
+        w = self.assemble(b, residual, nf * in_s, nsp * w_sec, out, nf, nsp, iters, 2.0 * gd.macs, pw_done,
+                          input_unique(gp, self.e, b), nf * hit, nsp * l1, written=self.written(tile, v))  # fmt: skip
         return w._replace(w_unique=w_u)
 
 
@@ -181,7 +193,7 @@ class DwPwModel(FusedModel):
         nf, w_dw, w_pw, iters, w_u, b_pw = ch
         w = self.assemble(b, residual, nf * in_s, nsp * (nf * w_dw + w_pw), out, nf, nsp, iters,
                           nf * 2.0 * gd.macs, 2.0 * gp.macs, whole_bytes(b * in_u), nf * hit,
-                          nsp * (nf * w_dw + b_pw))  # fmt: skip
+                          nsp * (nf * w_dw + b_pw), written=self.written(tile))  # fmt: skip
         return w._replace(w_unique=w_u)
 
 
@@ -212,7 +224,7 @@ class PwPwModel(FusedModel):
             out_s = whole_map_out_sectors(g2, tile.tf, self.e)  # one tile covers the map, as `pw.PwModel`
         w = self.assemble(b, residual, nf * in_s, nsp * (nf * w1 + w2), out_s + out_c, nf, nsp, iters,
                           0.0, nf * 2.0 * g1.macs + 2.0 * g2.macs, input_unique(g1, self.e, b), 0.0,
-                          nsp * (nf * b1 + b2), nsp * nf * (w1 - b1))  # fmt: skip
+                          nsp * (nf * b1 + b2), nsp * nf * (w1 - b1), self.written(tile))  # fmt: skip
         return w._replace(w_unique=w_u)
 
 
@@ -247,7 +259,8 @@ class PwDwPwModel(FusedModel):
         nf, w_rep, w3, iters, w_u, l1_rep, b3 = ch
         w = self.assemble(b, residual, nf * in_s, nsp * (nf * w_rep + w3), out, nf, nsp, iters,
                           nf * 2.0 * gd.macs, nf * pw1_done + 2.0 * g2.macs, input_unique(g1, self.e, b),
-                          nf * hit, nsp * (nf * l1_rep + b3), nsp * nf * (w_rep - l1_rep))  # fmt: skip
+                          nf * hit, nsp * (nf * l1_rep + b3), nsp * nf * (w_rep - l1_rep),
+                          self.written(tile))  # fmt: skip
         return w._replace(w_unique=w_u)
 
 

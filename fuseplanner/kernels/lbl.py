@@ -101,7 +101,7 @@ def prepare_dw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp32",
     if residual is not None:
         residual = check_array(cp, residual, shape, dtype, "residual")
     th, tw, tf, threads = tile.th, tile.tw, tile.tf, tile.threads
-    v = next(v for v in (4, 2, 1) if th % v == 0 and (tf * (th // v) * tw) % threads == 0)
+    v = tiles.dw_lbl_rows_per_item(tf, th, tw, threads)
     e = dtype_bytes(dtype)
     vec = _vector_elems(x.data.ptr, dtype, lambda u: 1 < u <= tiles.dw_vector_elems(w, e))
     defines = {
