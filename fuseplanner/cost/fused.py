@@ -78,7 +78,7 @@ class FusedModel(KernelModel):
 
     def written(self, tile: Tile, v: int = 1) -> float:
         """Write sectors of one image's output as the kernel stores it item by item from its tile, `v`
-        rows per item (`stores.tile_write_sectors`; a token-major output is one plane of tokens x
+        rows per item (`requests.tile_write_sectors`; a token-major output is one plane of tokens x
         channels)."""
         g = self.last
         if g.tokens_major:

@@ -125,7 +125,7 @@ def _count(p: Pattern, grid: Counter, images: int, union: bool = False) -> float
 
     one = s(np.minimum(chans, period), np.ones(len(keys), bool))
     if union:
-        two = s(2 * period + 0 * chans, whole >= 2)
+        two = s(np.full_like(chans, 2 * period), whole >= 2)
         more = s(period + rest, (whole >= 1) & (rest > 0))
         blocks = one + np.maximum(whole - 1, 0) * (two - one) + np.where((whole >= 1) & (rest > 0), more - one, 0)
     else:

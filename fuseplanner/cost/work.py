@@ -97,10 +97,12 @@ def cdiv(a: int, b: int) -> int:
 
 
 def out_plane_sectors(g: Geom, tw: int, e: int, th: int = 1) -> float:
-    """Sectors of one NCHW output plane written tile by tile (th x tw per block): per row segment, but
-    where output rows are narrower than a sector a tile's rows share sectors and its writes of them
-    arrive together (`traffic.plane_windows_sectors`' distinct count of the tiles, which is the
-    per-row-segment count otherwise)."""
+    """Sectors of one NCHW output plane accessed tile by tile (th x tw per block): per row segment, but
+    where output rows are narrower than a sector a tile's rows share sectors and count once
+    (`traffic.plane_windows_sectors`' distinct count of the tiles, which is the per-row-segment count
+    otherwise). The residual reads of every kind and the layer-by-layer pw kernel's writes; the
+    kernels that store item by item from a tile have their writes counted per warp instruction
+    (`requests.tile_write_sectors`)."""
     nh, nw = cdiv(g.ho, th), cdiv(g.wo, tw)
     return plane_windows_sectors(g.ho, g.wo, 0, 0, th, tw, th, tw, nh, nw, e, g.ho * g.wo * e)[0]
 
