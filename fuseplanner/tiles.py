@@ -37,7 +37,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from . import registers
-from .ir import Op, Tile, dtype_bytes
+from .ir import Op, Tile, dtype_bytes, math_mode
 
 #: Buffering depth of streamed chunks (input/weight chunks of PW-like loops).
 STAGES = 2
@@ -570,6 +570,13 @@ def output_rows_per_item(kind: str, tile: Tile) -> int:
     return 1
 
 
+def store_key(kind: str, tile: Tile) -> int:
+    """What besides th, tw, tf and tc sets a tile's output stores (`cost.best_tile` shares one `Work`
+    between tiles of equal key): the rows a thread item stores (`output_rows_per_item`), or for the
+    pw/linear kernel, whose warp grid or register block follows its threads, the threads."""
+    return tile.threads if kind in ("pw", "linear") else output_rows_per_item(kind, tile)
+
+
 #: Accumulator registers per thread above which a work split is penalised (spills follow).
 MAX_ACC = 128
 
@@ -656,8 +663,9 @@ def fma_cycles(rf: int, rp: int, b: int, p: int, kv: int = 1, pv: int = 1) -> fl
     return max(wavefronts, issue) * b / (rf * p)
 
 
+@lru_cache(maxsize=8192)
 def fma_map(tf: int, p: int, threads: int, vector: bool = False, xld: int = 0,
-            widths: Sequence[int] = (4, 2)) -> FmaSplit | None:  # fmt: skip
+            widths: tuple[int, ...] = (4, 2)) -> FmaSplit | None:  # fmt: skip
     """The exact-fp32 register block of tf filters x p pixels over `threads`: of the splits with
     A_THR | tf and at most FMA_MAX_IDLE of the pixel slots past the tile, the fewest cycles per useful
     output (`fma_cycles`; with `vector`, weights read 4 channels at a time and pixels in runs of
@@ -685,8 +693,43 @@ def fma_split(kind: str, tile: Tile, dtype: str, wo: int = 0, c_in: int = 0) -> 
     `tile` with, for NCHW maps `wo` pixels wide and `c_in` input channels: in fp32 (tc a multiple of
     4) weights read 4 channels at a time and pixels in runs whose outputs store as vectors (tile and
     map rows divisible by the run) or, from PVEC_SCATTER_MIN_CIN input channels on, element by
-    element. None: no split qualifies (FLAT). The launcher (kernels.lbl.pw_variant) reads it here."""
+    element. None: no split qualifies (FLAT). The launcher reads it through `pw_variant`."""
     vector = dtype == "fp32" and tile.tc % 4 == 0
     deep = c_in >= PVEC_SCATTER_MIN_CIN
     widths = tuple(v for v in (4, 2) if kind == "pw" and (deep or (tile.tw % v == 0 and wo % v == 0)))
     return fma_map(tile.tf, tile.th * tile.tw, tile.threads, vector, tile.th * tile.tw + PW_XPAD, widths)
+
+
+#: Most fp32 accumulator registers per thread the tensor-core path may use before it falls back.
+MAX_MMA_ACC = 128
+
+
+def mma_grid(tf: int, p: int, warps: int) -> tuple[int, int, int, int] | None:
+    """(WARPS_M, WARPS_N, WM_T, WN_T) covering tf x p with 16 x 8 mma tiles, fewest tiles per warp."""
+    mt_m, mt_n = math.ceil(tf / 16), math.ceil(p / 8)
+    best = None
+    for wm in (d for d in range(1, warps + 1) if warps % d == 0):
+        wn = warps // wm
+        a, b = math.ceil(mt_m / wm), math.ceil(mt_n / wn)
+        score = (a * b, a + b)
+        if best is None or score < best[0]:
+            best = (score, (wm, wn, a, b))
+    if best is None or best[1][2] * best[1][3] * 4 > MAX_MMA_ACC:
+        return None
+    return best[1]
+
+
+def pw_variant(tile: Tile, dtype: str, precision: str, kind: str = "pw", wo: int = 0,
+               c_in: int = 0) -> dict[str, int]:  # fmt: skip
+    """Math-path defines of kernels/pw.cu for `tile`: USE_TC and its warp grid, or the FMA mapping
+    (`fma_split`: in fp32 weights read 4 channels at a time, KVEC, and pixels in runs, PVEC)."""
+    p, tf, tc, threads = tile.th * tile.tw, tile.tf, tile.tc, tile.threads
+    use_tc = math_mode(dtype, precision)
+    if use_tc and tc % 8 == 0 and threads % 32 == 0:
+        g = mma_grid(tf, p, threads // 32)
+        if g is not None:
+            return {"USE_TC": use_tc, "WARPS_M": g[0], "WARPS_N": g[1], "WM_T": g[2], "WN_T": g[3]}
+    s = fma_split(kind, tile, dtype, wo, c_in)
+    if s is None:
+        return {"USE_TC": 0, "FLAT": 1}
+    return {"USE_TC": 0, "A_THR": s.a_thr, **({"KVEC": s.kvec, "PVEC": s.pvec} if s.kvec > 1 else {})}

@@ -58,5 +58,5 @@ def launched_records(spec, path: str, kinds=()):
         bps = model.blocks_per_sm(
             smem, st.tile.threads, tiles.regs_per_thread(st.kind, st.tile, dtype), spec.hw
         )[0]
-        w, _, ks = model.launched(st.kind, st.ops, st.tile, dtype, b, spec, km.work(st.tile, b, st.residual))
+        w, _, ks = model.launched(st.kind, st.ops, st.tile, dtype, b, spec, km, st.residual, meta.get("precision", "fp32"))
         yield run, r, st, w, bps, ks

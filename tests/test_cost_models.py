@@ -160,9 +160,14 @@ def test_pw_whole_map_writes_channel_runs():
     # input: 24 planes of one 2 B pixel, a sector each (per-plane count) x nf 2 = 48
     # weights: tc 32 >= C 24, so each filter tile's 64 rows are one run of 64 x 24 x 2 = 3,072 B = 96
     #   -> 192; bias (bn) 2 x 64 x 4 B = 2 x 8 = 16 -> 208 per image (one spatial tile)
-    # output: 2 runs of 64 x 2 = 128 B = 4 -> 8 per image (it was 128, one per plane)
-    # read (48 + 208) x 2 = 512 sectors = 16,384 B; write 8 x 2 = 16 sectors = 512 B
-    assert (c.gma_read_bytes, c.gma_write_bytes) == (16_384, 512)
+    # output: a filter tile's 64 planes are one 128-B run (4 sectors), stored by the mma epilogue
+    #   (2 warps along filters, WM_T 2): instruction (i, h) of warp wm writes the 8 filters
+    #   (wm x 2 + i) x 16 + 8 h .. + 7 (16 B; pixel 1 of the pair is past the tile, so element by
+    #   element and only element 0 stores). Both warps issue it together (one request per sector):
+    #   (0, 0) filters 0-7 and 32-39 -> sectors 0 and 2, (0, 1) 8-15 and 40-47 -> 0 and 2, (1, 0)
+    #   -> 1 and 3, (1, 1) -> 1 and 3: 8 requests per tile, 16 per image (it was 128, one per plane)
+    # read (48 + 208) x 2 = 512 sectors = 16,384 B; write 16 x 2 = 32 sectors = 1,024 B
+    assert (c.gma_read_bytes, c.gma_write_bytes) == (16_384, 1_024)
 
 
 def test_2d_gemm_runs_once_whatever_the_batch():
@@ -180,25 +185,34 @@ def test_pw_fp16_batch2():
     # per image: input 16 rows x 32 B = 16 per plane x 32 x nf 2 = 1,024; weights (fp16) 64 x (32 B +
     #   32 B) = 128 + fp32 bias 2 x 32 x 4 = 128 B = 4 each -> 136 x 4 tiles = 544;
     #   (1,024 + 544) x 2 = 3,136 = 100,352 B
-    # write 64 x 16 x 1 x 2 = 2,048 = 65,536 B;  DRAM 2*32*256*2 = 32,768 + 4,096 + bias 256 = 37,120
-    check(c, 100_352, 65_536, 37_120, 2 * 2 * 32 * 64 * 256, 0, 16)
+    # write: 64 planes x 16 rows of 32 B (one sector each) = 1,024 per image; the mma epilogue (4 warps
+    #   along pixels, WN_T 2) stores a 16-pixel row as fragment columns j = 0 and 1 of one warp, two
+    #   instructions of 16 B: 2 requests per sector -> 2,048 x 2 images = 4,096 = 131,072 B
+    # DRAM 2*32*256*2 = 32,768 + 4,096 + bias 256 = 37,120
+    check(c, 100_352, 131_072, 37_120, 2 * 2 * 32 * 64 * 256, 0, 16)
 
 
 def test_linear_fp32():
     c = estimate("linear", (linear(64, 32, 48),), Tile(16, 1, 16, 16, 64), "fp32", 1, H100)
     # token-major; 4 token tiles, nf = 3; input 64 rows x 2 chunks of 64 B = 4 -> 256 x 3 = 768
     # weights 48 rows x 4 = 192 + bias 3 x 64 B = 6 -> 198 x 4 = 792;  read = 1,560 = 49,920 B
-    # write 64 rows x 3 segments of 64 B (pitch 192 aligned) = 6 -> 384 = 12,288 B
-    # DRAM 8,192 + 6,144 + 192 = 14,528
-    check(c, 49_920, 12_288, 14_528, 2 * 64 * 32 * 48, 0, 12)
+    # write: 64 rows x 3 segments of 64 B (pitch 192 aligned) = 2 sectors each, 384 distinct; the FMA
+    #   register block (A_THR 4: threads tid / 16 along filters, tid % 16 along tokens) stores filters
+    #   ta + 4 i as instruction i: filters 4i .. 4i + 3 (16 B) of 16 tokens, so instructions 0 and 1
+    #   write sector 0 of each token's segment, 2 and 3 sector 1: 2 requests per sector ->
+    #   768 = 24,576 B;  DRAM 8,192 + 6,144 + 192 = 14,528
+    check(c, 49_920, 24_576, 14_528, 2 * 64 * 32 * 48, 0, 12)
 
 
 def test_linear_fp16():
     c = estimate("linear", (linear(64, 32, 48),), Tile(16, 1, 16, 16, 64), "fp16", 1, H100)
     # input 64 x (32 B + 32 B) = 128 x 3 = 384; weights (fp16) 48 x 2 = 96 + fp32 bias 3 x 16 x 4 = 64 B
-    #   = 2 each -> 102 x 4 = 408;  read 792 = 25,344 B; write 64 x 3 x 1 = 192 = 6,144 B
+    #   = 2 each -> 102 x 4 = 408;  read 792 = 25,344 B
+    # write: 64 tokens x 3 segments of 32 B = 192 sectors; the mma epilogue stores token-major output
+    #   element by element, fragment rows gq + 8 h: filters 0-7 (h = 0) and 8-15 (h = 1) of a token are
+    #   the two halves of its sector, 2 requests each -> 384 = 12,288 B
     # DRAM 4,096 + 3,072 + bias 192 = 7,360
-    check(c, 25_344, 6_144, 7_360, 2 * 64 * 32 * 48, 0, 12)
+    check(c, 25_344, 12_288, 7_360, 2 * 64 * 32 * 48, 0, 12)
 
 
 def test_linear_batch3_partial_tiles():
@@ -738,7 +752,7 @@ def test_pw_dw_and_dw_pw_input_rereads_do_not_merge_in_l2():
     assert (wk.nsp, wk.nf) == (2, 4) and wk.in_read > 0 and on.feasible
     # the whole difference is the weights' merging (l1_filtered), none of it the input windows
     spec_on = replace_spec(H100, l2_coalesce_blocks=3.77)
-    w_on, w_off = (cost_model.launched("pw_dw", (e, d), tile, "fp32", 1, s, wk)[0].w_read
+    w_on, w_off = (cost_model.launched("pw_dw", (e, d), tile, "fp32", 1, s, km, False, "fp32")[0].w_read
                    for s in (spec_on, H100))  # fmt: skip
     assert off.gma_read_bytes - on.gma_read_bytes == pytest.approx(w_off - w_on, abs=32)
     assert on.gma_read_bytes > w_on + 0.9 * wk.in_read  # every window re-read counted

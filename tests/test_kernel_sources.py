@@ -131,8 +131,7 @@ def test_fused_launch_rejects_images_past_32_bit_offsets():
 
 
 def test_fma_map_fewest_load_cycles_per_useful_output():
-    from fuseplanner.kernels.lbl import pw_variant
-    from fuseplanner.tiles import fma_map
+    from fuseplanner.tiles import fma_map, pw_variant
 
     # Scalar reads (vector=False). 64 filters x 28 pixels (4x7), 256 threads: 7 outputs per thread;
     # cycles per channel = max(wavefronts, issue / 4), per useful output x b / (rf * 28).

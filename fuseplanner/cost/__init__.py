@@ -101,8 +101,8 @@ def best_tile(
     The numbers come from the same calls, with the same arguments, as in `model.estimate_ours`:
     keep the two in step (tests/test_tile_search.py compares this search with a brute-force one over
     `estimate`, and the planner checks the winner's rank against its `estimate`). Tiles that differ
-    only in their thread count share one `Work` unless the threads change the rows a thread item
-    stores (`tiles.output_rows_per_item`; a launch's traffic and FLOPs depend on th, tw, tf and tc
+    only in their thread count share one `Work` unless the threads change how the kernel stores its
+    output (`tiles.store_key`; a launch's traffic and FLOPs depend on th, tw, tf and tc
     otherwise; `feasible` lists them consecutively) and, at equal occupancy, its L2-level bytes
     (co-resident blocks share reads, `model.coresident`) and DRAM traffic.
     The search is exact; it only skips work that cannot change the result: for the "gma" objective
@@ -118,7 +118,6 @@ def best_tile(
     batch = launch_batch(ops, batch)
     ops = tuple(ops)
     km = context(kind, ops, dtype)
-    work = km.work
     hw = gpu.hw
     sms = hw.sm_count
     mma = mma_rate(dtype, precision, hw)
@@ -141,10 +140,10 @@ def best_tile(
             if skipped is None:
                 skipped = i
             continue
-        key = (tile.th, tile.tw, tile.tf, tile.tc, tiles.output_rows_per_item(kind, tile))
+        key = (tile.th, tile.tw, tile.tf, tile.tc, tiles.store_key(kind, tile))
         if key != shape:  # tiles that differ only in threads (not in how they store) share one Work
             shape = key
-            w, depth, ks = launched(kind, ops, tile, dtype, batch, gpu, work(tile, batch, residual))
+            w, depth, ks = launched(kind, ops, tile, dtype, batch, gpu, km, residual, precision)
             gma_by_bps.clear()
             dram_by_bps.clear()
         gma = gma_by_bps.get(bps)

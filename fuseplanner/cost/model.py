@@ -176,12 +176,13 @@ def l1_filtered(w: Work, hw: Hw, half: bool, fused: bool, ks: int = 1) -> Work:
                       ld_read=act + share)
 
 
-def launched(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, batch: int, gpu: GpuSpec,
-             w: Work) -> tuple[Work, int, int]:  # fmt: skip
-    """(`w` as the launch reads and schedules it, chunk loads a block keeps in flight, cluster split):
-    the cluster split (`tiles.cluster_split`) worked out once, then `l1_filtered` and `scheduled`
-    with it."""
+def launched(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, batch: int, gpu: GpuSpec, km: KernelModel,
+             residual: bool, precision: str) -> tuple[Work, int, int]:  # fmt: skip
+    """(the `Work` of `km` for `tile` as the launch reads and schedules it, chunk loads a block keeps in
+    flight, cluster split): the cluster split (`tiles.cluster_split`) worked out once, the work with
+    it (it changes how the pw kernel stores), then `l1_filtered` and `scheduled`."""
     ks = tiles.cluster_split(kind, ops, tile, batch, gpu, dtype)
+    w = km.work(tile, batch, residual, precision=precision, ks=ks)
     w = l1_filtered(w, gpu.hw, dtype == "fp16", kind in tiles.FUSED_KINDS, ks)
     return (*scheduled(kind, ops, tile, dtype, w, ks), ks)
 
@@ -266,7 +267,7 @@ def estimate_ours(
     bps, limiter = blocks_per_sm(smem, tile.threads, regs, hw)
     if bps < 1:
         return Cost(feasible=False, reason=f"{kind} {tile}: no block fits on an SM ({limiter})")
-    w, depth, ks = launched(kind, ops, tile, dtype, batch, gpu, km.work(tile, batch, residual))
+    w, depth, ks = launched(kind, ops, tile, dtype, batch, gpu, km, residual, precision)
     w = issued(kind, ops, tile, dtype, precision, coresident(w, bps, ks, hw, kind), ks, hw.fused_load_w)
     conc = hw.sm_count * bps
     dram_r, dram_w = dram_traffic(w, conc, hw)

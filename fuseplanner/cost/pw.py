@@ -9,7 +9,9 @@ sector-rounded per row segment. Products run on tensor cores for fp16 (and fp32 
 
 from __future__ import annotations
 
+from .. import tiles
 from ..ir import Tile
+from .requests import pw_write_sectors
 from .shapes import Geom
 from .traffic import row_sectors, sectors
 from .work import (
@@ -101,3 +103,16 @@ class PwModel(KernelModel):
             w_read=32.0 * b * nsp * w_sec,
             in_read=32.0 * b * in_r,
         )
+
+    def stores(self, w: Work, tile: Tile, b: int, precision: str, ks: int) -> Work:
+        """The writes as kernels/pw.cu's store instructions request them (`requests.pw_write_sectors`):
+        per warp instruction of its epilogue (the mma fragments' pixel pairs, the FMA register block's
+        pixel runs, or, split over a cluster, item by item). The residual reads keep the distinct
+        sector count: they load through L1, which serves a sector's second instruction."""
+        g = self.gs[0]
+        dtype, kind = ("fp16" if self.e == 2 else "fp32"), ("linear" if g.tokens_major else "pw")
+        variant = tuple(sorted((k, v) for k, v in tiles.pw_variant(tile, dtype, precision, kind, g.wo, g.c).items()
+                               if k != "KVEC"))  # how it reads weights does not change its stores
+        per_image = pw_write_sectors(g.co, g.ho, g.wo, self.e, g.tokens_major, tile.tf, tile.th, tile.tw,
+                                     tile.threads, ks, variant)  # fmt: skip
+        return w._replace(gma_write=32.0 * b * per_image)

@@ -1,7 +1,8 @@
 """L2 sectors of the warp-wide loads and stores that the kernels issue item by item over a tile: the
 output stores of kernels/dw.cu, of the fused kernels' DW stencil (`dw_window`) and of their staged
 final tiles (kernels/fused_*.cu), and the window staging of kernels/dw.cu; counted instruction by
-instruction.
+instruction. And the register epilogue of kernels/pw.cu (`pw_write_sectors`, at the end), whose
+warps' stores of one instruction merge.
 
 L2 sees, for every warp instruction, one request per 32-byte sector its active lanes touch
 (``lts__t_sectors_srcunit_tex_op_{read,write}``). L1 keeps no written data, so two store instructions
@@ -178,3 +179,194 @@ def window_load_sectors(c: int, h: int, w: int, e: int, tf: int, hh: int, ww: in
     imgs, n = _images(c, h * w * e)
     grid = _combine(_combine(imgs, _planes(c, tf, h * w * e)), _combine(rows, cols))
     return _count(Pattern(nx, hh, 1, vec, w, h * w, e), grid, n, union)
+
+
+@lru_cache(maxsize=4096)
+def _pw_lanes(tf: int, th: int, tw: int, threads: int, ks: int, variant: tuple, vec_ok: bool) -> np.ndarray:
+    """[instruction, thread x element] tile items f x P + p (-1: none) of kernels/pw.cu's output
+    stores, one row per store instruction that every warp of the block issues, for the math path
+    `variant` (`tiles.pw_variant` as a tuple of items). Runs of N outputs store as one N-wide
+    instruction where `vec_ok` (`store_outv`: NCHW, tw and the map width multiples of N) and the run
+    lies inside the tile; the lanes that cannot, output by output, N instructions."""
+    d = dict(variant)
+    p_all = th * tw
+    tid = np.arange(threads)
+    if ks > 1 or d.get("FLAT"):  # item by item: a split's cluster epilogue, or the FLAT register block
+        it = tid[None, :] + threads * np.arange(-(-tf * p_all // threads))[:, None]
+        f, p0, n = np.where(it < tf * p_all, it // p_all, tf), it % p_all, 1
+    elif d["USE_TC"]:  # per (i, j, h): rows r0 + 8h of mma tile i, the pixel pair 2 tq of tile j
+        warp, lane = tid // WARP, tid % WARP
+        wm, wn = warp % d["WARPS_M"], warp // d["WARPS_M"]
+        i, j, h = (a.reshape(-1, 1) for a in np.meshgrid(np.arange(d["WM_T"]), np.arange(d["WN_T"]), (0, 1),
+                                                         indexing="ij"))  # fmt: skip
+        f = (wm * d["WM_T"] + i) * 16 + lane // 4 + 8 * h
+        p0, n = (wn * d["WN_T"] + j) * 8 + 2 * (lane % 4), 2
+    else:  # the FMA register block: filters ta + i A_THR, pixel slots j (runs of PVEC)
+        a_thr = d["A_THR"]
+        b_thr = threads // a_thr
+        ta, tb = tid // b_thr, tid % b_thr
+        n = d.get("PVEC", 1)
+        i, j = (a.reshape(-1, 1) for a in np.meshgrid(np.arange(tf // a_thr), np.arange(0, -(-p_all // b_thr), n),
+                                                      indexing="ij"))  # fmt: skip
+        f = ta + i * a_thr
+        if n > 1:
+            p0 = (j // n) * b_thr * n + tb * n
+        else:
+            p0 = tb + j * b_thr
+            p0 = np.minimum(p0, p_all - 1) if p_all % b_thr else p0
+    f, p0 = np.broadcast_arrays(f, p0)
+    elems = p0[..., None] + np.arange(n)  # [run, thread, element]
+    ok = (f[..., None] < tf) & (elems < p_all)
+    flat = np.where(ok, f[..., None] * p_all + elems, -1)
+    whole = ok.all(axis=2) if n > 1 and vec_ok else np.zeros(f.shape, bool)
+    rows = [np.where(whole[..., None], flat, -1)] if n > 1 and vec_ok else []
+    for k in range(n):  # the lanes that store output by output: one instruction per element
+        single = np.full(flat.shape, -1)
+        single[..., 0] = np.where(whole, -1, flat[..., k])
+        rows.append(single)
+    out = np.stack(rows, axis=1)  # [run, instruction of the run, thread, element]
+    out = out.reshape(-1, threads * n)
+    return out[(out >= 0).any(axis=1)]
+
+
+@lru_cache(maxsize=4096)
+def _pw_filter_patterns(tf: int, th: int, tw: int, threads: int, ks: int, variant: tuple,
+                        vec_ok: bool) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]:  # fmt: skip
+    """`_pw_lanes` per output plane: (instruction of each element, tile pixel, cumulative plane
+    count [f]: how many of the filters 0 .. f store it) for every distinct way in which some of the
+    tile's filters split their pixels over instructions, elements in instruction then pixel order.
+    A plane's count depends on which of its pixels share an instruction, not on the instructions'
+    places in the epilogue, so sequences equal up to a shift of instruction numbers count as one."""
+    lanes = _pw_lanes(tf, th, tw, threads, ks, variant, vec_ok)
+    d = dict(variant)
+    if ks == 1 and not d.get("FLAT"):
+        # the mma fragments and the FMA register block give every filter the same pixels in each of
+        # its instructions (warps differ in filters or in pixels, never in how they split them)
+        at = np.flatnonzero(lanes.ravel() // (th * tw) == 0)  # filter 0's elements, in instruction order
+        r, p = at // lanes.shape[1], lanes.ravel()[at]
+        order = np.lexsort((p, r))
+        return ((r[order] - r[order][0], p[order], np.arange(1, tf + 1)),)
+    valid = lanes >= 0
+    r = np.broadcast_to(np.arange(len(lanes))[:, None], lanes.shape)[valid]
+    f, p = lanes[valid] // (th * tw), lanes[valid] % (th * tw)
+    order = np.argsort((f * len(lanes) + r) * (th * tw) + p)
+    f, r, p = f[order], r[order], p[order]
+    stored = np.flatnonzero(np.bincount(f, minlength=tf))
+    start = np.searchsorted(f, stored)
+    length = np.diff(np.append(start, len(f)))
+    rel = r - np.repeat(r[start], length)  # instruction numbers from the plane's first
+    pos = np.arange(len(f)) - np.repeat(start, length)
+    # a fingerprint of each plane's sequence: random weights make distinct sequences collide with
+    # probability ~0 (equal sequences give bit-equal sums: same terms in the same order)
+    w = np.random.default_rng(0).random((2, int(length.max())))
+    key = np.add.reduceat((rel + 1.0) * w[0, pos] + (p + 1.0) * w[1, pos], start)
+    out = []
+    for k in np.unique(np.stack([key, length]), axis=1).T:
+        same = stored[(key == k[0]) & (length == k[1])]
+        at = slice(start[stored == same[0]][0], start[stored == same[0]][0] + int(k[1]))
+        member = np.zeros(tf, dtype=np.int64)
+        member[same] = 1
+        out.append((rel[at], p[at], np.cumsum(member)))
+    return tuple(out)
+
+
+def _rising_sectors(sec: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """Distinct values among the `ok` entries of each row of `sec` (last axis), whose `ok` entries
+    never fall along it: one more at every rise past the previous `ok` entry."""
+    sec = np.where(ok, sec, -1)
+    prev = np.maximum.accumulate(sec, axis=-1)
+    return (ok[..., 1:] & (sec[..., 1:] != prev[..., :-1])).sum(axis=-1) + ok[..., 0]
+
+
+@lru_cache(maxsize=16384)
+def pw_write_sectors(co: int, ho: int, wo: int, e: int, cl: bool, tf: int, th: int, tw: int, threads: int,
+                     ks: int, variant: tuple) -> float:  # fmt: skip
+    """Write sectors of one image's output from kernels/pw.cu (`cl`: token-major, ho tokens of co
+    channels, th tokens per tile; else NCHW co planes of ho x wo, th x tw pixels per tile), per store
+    instruction of the math path `variant`, averaged over the images whose byte phases differ.
+
+    Store instructions of one block that write parts of one sector merge into one request when the
+    block's warps issue them as the same instruction of their epilogue (the warps leave the last
+    barrier together): Nsight Compute on the H100 counts such a sector once for the mma epilogue's
+    pixel pairs of two warps and twice for the two fragment columns of one warp. So the count is,
+    per block, the distinct sectors of each epilogue instruction over all warps."""
+    d = dict(variant)
+    run = 2 if d["USE_TC"] else d.get("PVEC", 1)  # outputs a thread stores side by side
+    vec_ok = not cl and tw % run == 0 and wo % run == 0
+    if cl:  # token-major: a tile's filters are its columns
+        cols = Counter(((t * tf * e) % SECTOR, min(tf, co - t * tf)) for t in range(-(-co // tf)))
+        rows = Counter(((t * th * co * e) % SECTOR, min(th, ho - t * th)) for t in range(-(-ho // th)))
+        imgs, n = _images(ho, co * e)
+        grid = _combine(_combine(imgs, Counter({(0, tf): 1})), _combine(rows, cols))
+    else:
+        cols = Counter(((t * tw * e) % SECTOR, min(tw, wo - t * tw)) for t in range(-(-wo // tw)))
+        rows = Counter(((t * th * wo * e) % SECTOR, min(th, ho - t * th)) for t in range(-(-ho // th)))
+        imgs, n = _images(co, ho * wo * e)
+        grid = _combine(_combine(imgs, _planes(co, tf, ho * wo * e)), _combine(rows, cols))
+    keys = list(grid)  # (byte phase, planes, rows, columns inside the tensor)
+    count = np.array([grid[k] for k in keys], dtype=float)
+    patterns = None if cl else _pw_filter_patterns(tf, th, tw, threads, ks, variant, vec_ok)
+    if patterns and _plane_disjoint(patterns, ks == 1 and not d.get("FLAT"), tw, ho, wo, e):
+        blocks = _by_plane(keys, patterns, th, tw, ho, wo, e)
+    else:
+        blocks = _by_block(keys, tf, th, tw, threads, ks, variant, vec_ok, (1, co, 0) if cl else (ho * wo, wo, 1), e, cl)
+    return float((count * blocks).sum()) / n
+
+
+def _by_plane(keys: list, patterns: tuple, th: int, tw: int, ho: int, wo: int, e: int) -> np.ndarray:
+    """Sectors of one block of each class of `keys` as the sum of its planes' (`patterns`:
+    `_pw_filter_patterns`), where no instruction writes one sector for two planes: plane f adds the
+    count of its pixels at the byte phase of its first (f x plane bytes on from the block's), and
+    planes that split their pixels alike over instructions count alike."""
+    cls = np.array(keys, dtype=np.int64)
+    tf = len(patterns[0][2])
+    pe = ho * wo * e
+    q = SECTOR // gcd(SECTOR, pe)  # planes after which the phases repeat
+    sub, inv = np.unique(cls[:, [0, 2, 3]], axis=0, return_inverse=True)  # (phase, rows, columns)
+    phase = (sub[:, 0, None, None] + np.arange(q)[:, None] * pe) % SECTOR  # [class, plane residue, 1]
+    rlim, clim = sub[:, 1, None, None], sub[:, 2, None, None]
+    planes = np.minimum(cls[:, 1], tf) - 1
+    residue = np.arange(tf) % q
+    blocks = np.zeros(len(keys))
+    for r, p, below in patterns:
+        row, col = p // tw, p % tw
+        # pixels rise with their address within an instruction; instructions lie a tile apart
+        sec = (phase + (row * wo + col) * e) // SECTOR + r * (th * wo * e + SECTOR)
+        per = _rising_sectors(sec, (row < rlim) & (col < clim))[inv.ravel()]  # [class of keys, residue]
+        member = np.diff(below, prepend=0)
+        upto = np.cumsum(member[None, :] * (residue[None, :] == np.arange(q)[:, None]), axis=1)  # [residue, f]
+        blocks += (per * upto[:, planes].T).sum(axis=1)
+    return blocks
+
+
+def _plane_disjoint(patterns: tuple, uniform: bool, tw: int, ho: int, wo: int, e: int) -> bool:
+    """Whether no store instruction can write one sector for two planes: planes of whole sectors,
+    or (`uniform`: every plane stores the same pixels in each of its instructions) no instruction's
+    pixels spanning more than a plane less a sector."""
+    if (ho * wo * e) % SECTOR == 0:
+        return True
+    if not uniform:
+        return False
+    r, p, _ = patterns[0]
+    addr = (p // tw) * wo + p % tw
+    cut = np.flatnonzero(np.diff(r)) + 1
+    span = np.maximum.reduceat(addr, np.r_[0, cut]) - np.minimum.reduceat(addr, np.r_[0, cut])
+    return int(span.max()) * e <= ho * wo * e - SECTOR
+
+
+def _by_block(keys: list, tf: int, th: int, tw: int, threads: int, ks: int, variant: tuple, vec_ok: bool,
+              strides: tuple[int, int, int], e: int, cl: bool) -> np.ndarray:  # fmt: skip
+    """Sectors of one block of each class of `keys`, instruction by instruction over all its
+    elements (`strides`: elements between filters, tile rows, tile columns)."""
+    lanes = _pw_lanes(tf, th, tw, threads, ks, variant, vec_ok)
+    f, p = lanes // (th * tw), lanes % (th * tw)
+    row, col = p // tw, p % tw
+    addr = f * strides[0] + row * strides[1] + col * strides[2]
+    plane, col = (np.zeros_like(f), f) if cl else (f, col)  # token-major: a tile's filters are its columns
+    # each instruction's elements in address order, so that every block's sectors rise along a row
+    order = np.argsort(np.where(lanes >= 0, addr, np.iinfo(np.int64).max), axis=1, kind="stable")
+    addr, plane, row, col, valid = (np.take_along_axis(a, order, axis=1) for a in (addr, plane, row, col, lanes >= 0))
+    lim = np.array([k[1:] for k in keys], dtype=np.int64)[:, :, None, None]
+    phase = np.array([k[0] for k in keys], dtype=np.int64)[:, None, None]
+    ok = valid & (plane < lim[:, 0]) & (row < lim[:, 1]) & (col < lim[:, 2])
+    return _rising_sectors((phase + addr * e) // SECTOR, ok).sum(axis=1)

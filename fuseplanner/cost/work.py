@@ -80,7 +80,12 @@ class KernelModel:
     def combine(self, sp: Any, ch: Any, tile: Tile, b: int, residual: bool) -> Work:
         raise NotImplementedError
 
-    def work(self, tile: Tile, b: int, residual: bool) -> Work:
+    def stores(self, w: Work, tile: Tile, b: int, precision: str, ks: int) -> Work:
+        """`w` with the writes of the kernel's store instructions where they depend on its math path
+        (`precision`) or cluster split (`ks`); unchanged by default."""
+        return w
+
+    def work(self, tile: Tile, b: int, residual: bool, *, precision: str = "fp32", ks: int = 1) -> Work:
         key = (tile.th, tile.tw)
         sp = self._sp.get(key)
         if sp is None:
@@ -89,7 +94,7 @@ class KernelModel:
         ch = self._ch.get(key)
         if ch is None:
             ch = self._ch[key] = self.channel(tile.tf, tile.tc)
-        return self.combine(sp, ch, tile, b, residual)
+        return self.stores(self.combine(sp, ch, tile, b, residual), tile, b, precision, ks)
 
 
 def cdiv(a: int, b: int) -> int:

@@ -16,7 +16,7 @@ import numpy as np
 from .. import tiles
 from ..cost.work import cdiv
 from ..errors import PlanError
-from ..ir import Op, Tile, dtype_bytes, math_mode
+from ..ir import Op, Tile, dtype_bytes
 from . import _build
 from ._common import (
     bias_as,
@@ -32,9 +32,6 @@ from ._common import (
     tf32_rounded,
     weight_as,
 )
-
-#: Most fp32 accumulator registers per thread the tensor-core path may use before it falls back.
-MAX_MMA_ACC = 128
 
 
 @dataclass
@@ -122,37 +119,6 @@ def prepare_dw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp32",
 
 
 # ---- pointwise / linear ----------------------------------------------------------------------------
-def _mma_grid(tf: int, p: int, warps: int) -> tuple[int, int, int, int] | None:
-    """(WARPS_M, WARPS_N, WM_T, WN_T) covering tf x p with 16 x 8 mma tiles, fewest tiles per warp."""
-    mt_m, mt_n = math.ceil(tf / 16), math.ceil(p / 8)
-    best = None
-    for wm in (d for d in range(1, warps + 1) if warps % d == 0):
-        wn = warps // wm
-        a, b = math.ceil(mt_m / wm), math.ceil(mt_n / wn)
-        score = (a * b, a + b)
-        if best is None or score < best[0]:
-            best = (score, (wm, wn, a, b))
-    if best is None or best[1][2] * best[1][3] * 4 > MAX_MMA_ACC:
-        return None
-    return best[1]
-
-
-def pw_variant(tile: Tile, dtype: str, precision: str, kind: str = "pw", wo: int = 0,
-               c_in: int = 0) -> dict[str, int]:  # fmt: skip
-    """Math-path defines of kernels/pw.cu for `tile`: USE_TC and its warp grid, or the FMA mapping
-    (`tiles.fma_split`: in fp32 weights read 4 channels at a time, KVEC, and pixels in runs, PVEC)."""
-    p, tf, tc, threads = tile.th * tile.tw, tile.tf, tile.tc, tile.threads
-    use_tc = math_mode(dtype, precision)
-    if use_tc and tc % 8 == 0 and threads % 32 == 0:
-        g = _mma_grid(tf, p, threads // 32)
-        if g is not None:
-            return {"USE_TC": use_tc, "WARPS_M": g[0], "WARPS_N": g[1], "WM_T": g[2], "WN_T": g[3]}
-    s = tiles.fma_split(kind, tile, dtype, wo, c_in)
-    if s is None:
-        return {"USE_TC": 0, "FLAT": 1}
-    return {"USE_TC": 0, "A_THR": s.a_thr, **({"KVEC": s.kvec, "PVEC": s.pvec} if s.kvec > 1 else {})}
-
-
 def _pw_shapes(op: Op, kind: str, x) -> tuple[int, int, int, int, int, int, tuple, tuple]:
     """(N, C_in, H, W, Ho, Wo, x shape, out shape) of a pw/linear op applied to `x`."""
     if kind == "linear":
@@ -202,7 +168,7 @@ def prepare_pw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp32",
     c_out = op.c_out
     wt, b = params[0]
     wt = weight_as(cp, wt, (c_out, c_in), dtype, f"{op.name} weight")
-    variant = pw_variant(tile, dtype, precision, kind, wo, c_in)
+    variant = tiles.pw_variant(tile, dtype, precision, kind, wo, c_in)
     if variant["USE_TC"] == 1:  # the TF32 path feeds the weights' bits to the tensor cores as they are
         wt = tf32_rounded(cp, wt)
     b = bias_as(cp, b, c_out, f"{op.name} bias")
