@@ -760,3 +760,22 @@ def test_pw_dw_and_dw_pw_input_rereads_do_not_merge_in_l2():
 
 def replace_spec(spec: GpuSpec, **fields) -> GpuSpec:
     return GpuSpec.model_validate({**spec.model_dump(), **fields})
+
+
+def test_weights_every_block_reads_come_once_per_sm_for_blocks_that_run_together():
+    # a pw_pw-like launch whose blocks all read W1: 8,000 B of it reach L2 after merging (w_all_l2),
+    # of 9,000 B of weight reads, 500 B distinct; 132 SMs
+    hw = H100.hw
+    w = Work(10_000, 0, 0, 500, 0, 0, 0, 0, 0, 0, 0, 1, blocks=1056, nf=1, nsp=1056, w_read=9_000, w_all_l2=8_000)
+    # 1,056 blocks at 8 per SM: 8 start together on each SM, one L1 fill serves them: 7/8 of 8,000 saved
+    got = cost_model.coresident(w, 8, 1, hw, "pw_pw")
+    assert (got.gma_read, got.w_read, got.l1_hits, got.w_all_l2) == (3_000, 2_000, 7_000, 1_000)
+    # at most 4 blocks per SM: 4 together -> 3/4 of 8,000 = 6,000
+    assert cost_model.coresident(w, 4, 1, hw, "pw_pw").w_read == 3_000
+    # 264 blocks: 2 per SM whatever the occupancy -> half, 4,000
+    assert cost_model.coresident(w._replace(blocks=264), 8, 1, hw, "pw_pw").w_read == 5_000
+    # never below one read of every weight: 3,000 B distinct leave 6,000 to save, not 7,000
+    assert cost_model.coresident(w._replace(w_unique=3_000), 8, 1, hw, "pw_pw").w_read == 3_000
+    # one block per SM, or a cluster launch: nothing shared
+    assert cost_model.coresident(w._replace(blocks=100), 8, 1, hw, "pw_pw") == w._replace(blocks=100)
+    assert cost_model.coresident(w, 8, 2, hw, "pw_pw") == w

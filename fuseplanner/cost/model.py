@@ -170,10 +170,11 @@ def l1_filtered(w: Work, hw: Hw, half: bool, fused: bool, ks: int = 1) -> Work:
         return w._replace(gma_read=w.gma_read - w.w_read + keep, w_read=keep, req_read=act + w.w_read,
                           ld_read=act + w.w_read)
     share = hw.fused_w_load * w.w_read
-    l2 = co * (w.w_read - w.w_l1 - w.w_all) + coalesced(w.blocks, 1, launch, ks, hw) * w.w_all
+    every = coalesced(w.blocks, 1, launch, ks, hw) * w.w_all
+    l2 = co * (w.w_read - w.w_l1 - w.w_all) + every
     keep = max(hw.fused_w_l2[half] * l2, floor)
     return w._replace(gma_read=w.gma_read - w.w_read + keep, w_read=keep, req_read=act + max(share, floor),
-                      ld_read=act + share)
+                      ld_read=act + share, w_all_l2=hw.fused_w_l2[half] * every)
 
 
 def launched(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, batch: int, gpu: GpuSpec, km: KernelModel,
@@ -230,6 +231,20 @@ def issued(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, precision: st
 UNMERGED_INPUT_KINDS = frozenset({"pw_dw", "dw_pw"})
 
 
+def _shared_weights(w: Work, bps: int, hw: Hw) -> Work:
+    """`w` with the weights every block reads (`w_all_l2`) fetched once per SM for the blocks that
+    run on it together: min(`bps`, blocks / SMs) blocks of an SM start together and copy the same
+    chunks through its L1."""
+    together = min(bps, w.blocks / hw.sm_count)
+    if together <= 1.0 or not w.w_all_l2:
+        return w
+    saved = min(w.w_all_l2 * (1.0 - 1.0 / together), w.w_read - min(w.w_unique, w.w_read))
+    if saved <= 0.0:
+        return w
+    return w._replace(gma_read=w.gma_read - saved, w_read=w.w_read - saved, l1_hits=w.l1_hits + saved,
+                      w_all_l2=w.w_all_l2 - saved)
+
+
 def coresident(w: Work, bps: int, ks: int, hw: Hw, kind: str) -> Work:
     """`w` with the input re-reads that never reach L2 moved from `gma_read` to `l1_hits` (L2 sees
     them once, the loads still request them: the time model's `req_read`/`ld_read` are unchanged): of
@@ -238,7 +253,10 @@ def coresident(w: Work, bps: int, ks: int, hw: Hw, kind: str) -> Work:
     (`coalesced`: the filter tiles of a spatial tile are `nsp` blocks apart). Every copy goes through
     L1 (kernels/common.cuh). Not for cluster launches (`ks` > 1), which the scheduler places per GPU
     processing cluster. L2 merges none of the re-reads of a `kind` in `UNMERGED_INPUT_KINDS`."""
-    if not w.in_read or ks > 1:
+    if ks > 1:
+        return w
+    w = _shared_weights(w, bps, hw)
+    if not w.in_read:
         return w
     share = coresident_share(w.nsp, w.nf, hw.sm_count, bps)
     if kind not in UNMERGED_INPUT_KINDS:

@@ -55,6 +55,7 @@ class Work(NamedTuple):
     in_read: float = 0.0  # fused kinds: the part of gma_read that is input windows read once per filter tile (model.coresident)
     w_l1: float = 0.0  # the part of w_read copied through L1 (fp32 DW filters and biases; the rest is packed PW weights)
     w_all: float = 0.0  # fused kinds: the part of w_read - w_l1 that every block reads, not only its filter tile's (W1)
+    w_all_l2: float = 0.0  # fused kinds: what of w_all reaches L2 after its merging (model.l1_filtered), before L1 sharing
     cuda_issue: float = 0.0  # fused kinds: DW FLOPs as the block's busiest thread executes them (model.issued; 0: cuda_flops)
     mma_issue: float = 0.0  # fused kinds: PW FLOP-equivalents of the block's busiest GEMM unit (model.issued; 0: mma_flops)
 
