@@ -148,8 +148,8 @@ def load_samples(paths: Iterable[str | Path], model: str | None = None) -> list[
 
 def repredict(data: dict, spec: Any, model: str | None = None) -> dict:
     """A copy of a validation results document whose `ours` predictions are recomputed with the
-    current cost model and `spec`, and whose plan is re-derived from them as the planner would choose
-    among the measured tiles: each group's planned tile becomes its fused record of least predicted
+    current cost model and `spec` (None for a launch it refuses, e.g. a tile that would spill), and
+    whose plan is re-derived from them as the planner would choose among the measured tiles: each group's planned tile becomes its fused record of least predicted
     time, and the group counts as fused when its predicted unfused/fused time at that tile reaches
     `fuse_min_speedup` (the planner itself might pick an unmeasured tile; the measurements are
     unchanged)."""
@@ -160,10 +160,11 @@ def repredict(data: dict, spec: Any, model: str | None = None) -> dict:
     for rec in out["records"]:
         if rec.get("nodes") and rec.get("tiles") and rec.get("step_kinds"):
             total = steps_cost(_steps(rec, graph, batch), meta["dtype"], batch, spec, meta.get("precision", "fp32"))
+            d = None  # a launch the current model refuses: no prediction, and never the planner's tile
             if total is not None:
                 d = total.as_dict()
                 d.pop("kernels", None)
-                rec.setdefault("predicted", {})["ours"] = d
+            rec.setdefault("predicted", {})["ours"] = d
         (rec.get("predicted") or {}).pop("ours_uncalibrated", None)
     planned = replan(out["records"])
     chosen: dict[str, dict] = {}  # each group's (first) planned fused record

@@ -398,9 +398,10 @@ def check(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, gpu) -> str | No
     smem = smem_bytes(kind, ops, tile, dtype)
     if smem > gpu.smem_per_block_bytes:
         return f"needs {smem} B of shared memory per block, {gpu.name} allows {gpu.smem_per_block_bytes} B"
-    least = registers.accumulators(tile)
+    least = registers.wanted(kind, tile, dtype)
     if least > registers.MAX_REGS_PER_THREAD:
-        return f"needs about {least} registers per thread (limit {registers.MAX_REGS_PER_THREAD})"
+        return (f"needs about {least} registers per thread (limit {registers.MAX_REGS_PER_THREAD}; the compiler "
+                "would spill to local memory)")
     regs = regs_per_thread(kind, tile, dtype)
     if regs * tile.threads > gpu.regs_per_sm:
         return f"needs {regs * tile.threads} registers per block, {gpu.name} has {gpu.regs_per_sm} per SM"
@@ -495,9 +496,9 @@ def feasible_candidates(kind: str, ops: Sequence[Op], dtype: str, gpu) -> list[t
                         continue
                     for threads in fits:
                         tile = Tile(th, tw, tf, tc, threads)
-                        if registers.accumulators(tile) > registers.MAX_REGS_PER_THREAD:
+                        regs = registers.wanted(kind, tile, dtype)
+                        if regs > registers.MAX_REGS_PER_THREAD:
                             continue
-                        regs = registers.allocated(kind, tile, dtype)
                         if regs * threads <= regs_sm:
                             append((tile, smem, regs))
     return out

@@ -28,7 +28,7 @@ def misses(data) -> list[str]:
         if entry["fuse_agrees"]:
             continue
         recs = [r for r in data["records"] if r["group"] == g and r.get("measured") and "time_cold_s" in r["measured"]]
-        fused = [r for r in recs if r["role"] in ("group", "tile")]
+        fused = [r for r in recs if r["role"] in ("group", "tile") and r["predicted"].get("ours")]
         unfused = [r for r in recs if r["role"] == "unfused"]
         if not fused or not unfused:
             continue

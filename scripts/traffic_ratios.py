@@ -34,6 +34,8 @@ def ratios(spec, paths) -> dict[tuple[str, str, str], list[float]]:
             if me.get("traffic") != "ncu" or len(r["step_kinds"]) != 1:
                 continue
             p = r["predicted"]["ours"]
+            if p is None:  # a launch the current model refuses
+                continue
             out["gma", r["kind"], ""].append(report.ape(p["gma_bytes"], me["gma_bytes"]))
             for side in ("write", "read"):
                 if p[f"gma_{side}_bytes"] > 0:

@@ -65,12 +65,27 @@ def test_occupancy_uses_the_compiled_registers(pinned):
     assert blocks_per_sm(k.smem_bytes, 256, registers.accumulators(t), H100.hw) == (3, "shared memory")
 
 
-def test_feasibility_rejects_by_accumulators_with_reason():
+def test_feasibility_rejects_by_registers_with_reason():
     ops = (dw(64, 112, 112), pw(64, 256, 112, 112))
-    t = Tile(32, 32, 32, 8, 64)  # 32 x 32 x 32 / 64 = 512 outputs a thread: 552 registers of accumulators
+    t = Tile(32, 32, 32, 8, 64)  # 32 x 32 x 32 / 64 = 512 outputs a thread
+    # the fp32 dw_pw row: base 59 at 64 threads + 1.31 x 512 = 729.7 -> 730 registers
     why = tiles.check("dw_pw", ops, t, "fp32", H100)
-    assert why is not None and "552 registers" in why and "limit 255" in why
+    assert why is not None and "730 registers" in why and "limit 255" in why and "spill" in why
     assert not estimate("dw_pw", ops, t, "fp32", 1, H100).feasible
+
+
+def test_tiles_the_compiler_would_spill_are_refused():
+    # MobileNetV1's fp16 DW->PW at batch 8 (the H100 sweep `p` of the twenty-third session): 28 x 14
+    # pixels x 128 filters over 256 threads = 196 outputs a thread; the fp16 dw_pw row gives
+    # 61 + 1.07 x 196 = 270.7 -> 271 > 255 registers (it compiled to 32 registers and a 2,144-B stack
+    # frame and ran 6.4x its predicted time); 4 x 56 x 128 (112 outputs) wants 61 + 119.8 -> 181
+    ops = (dw(128, 56, 56), pw(128, 128, 56, 56))
+    assert registers.wanted("dw_pw", Tile(28, 14, 128, 32, 256), "fp16") == 271
+    why = tiles.check("dw_pw", ops, Tile(28, 14, 128, 32, 256), "fp16", H100)
+    assert why is not None and "271 registers" in why
+    assert tiles.check("dw_pw", ops, Tile(4, 56, 128, 64, 256), "fp16", H100) is None
+    feasible = {t for t, _, _ in tiles.feasible_candidates("dw_pw", ops, "fp16", H100)}
+    assert Tile(28, 14, 128, 32, 256) not in feasible and Tile(4, 56, 128, 64, 256) in feasible
 
 
 def _work(blocks: int) -> Work:

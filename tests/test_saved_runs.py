@@ -99,3 +99,24 @@ def test_traffic_ratios_are_measured_over_predicted(capsys):
     assert traffic_ratios.main(["--gpu", "h100", str(RUN)]) == 0
     out = capsys.readouterr().out
     assert "| write | pw_dw | fp32 |" in out and "| pw_dw |" in out
+
+
+def test_spill_check_splits_launches_at_the_register_ceiling(capsys):
+    import spill_check
+
+    from fuseplanner import registers, report
+    from fuseplanner.ir import Tile
+
+    run = ROOT / "docs/validation/ncu-2026-11-24-s23/p/runs/mobilenet_v1-fp16-sweep/results.json"
+    ratios, frames, best = spill_check.scan([str(run)])
+    data = report.load_results(str(run))
+    # the DW->PW tile 28 x 14 x 128 of g2 wants 271 registers (61 + 1.07 x 196) and ran 186 us
+    g2 = next(r for r in data["records"] if r["id"] == "g2")
+    assert registers.wanted("dw_pw", Tile(**g2["tiles"][0]), "fp16") == 271
+    assert spill_check.over_ceiling(g2, "fp16") is True
+    want = g2["measured"]["time_cold_s"] / g2["predicted"]["ours"]["time_s"]
+    assert want > 6 and want in ratios[True]
+    assert frames[True, True] >= 1 and sum(best.values()) == 20  # the run's 20 groups
+    spill_check.main(["--gpu", "h100", str(run)])
+    out = capsys.readouterr().out
+    assert "| over 255 registers |" in out and "| within 255 |" in out
