@@ -149,10 +149,10 @@ def load_samples(paths: Iterable[str | Path], model: str | None = None) -> list[
 def repredict(data: dict, spec: Any, model: str | None = None) -> dict:
     """A copy of a validation results document whose `ours` predictions are recomputed with the
     current cost model and `spec` (None for a launch it refuses, e.g. a tile that would spill), and
-    whose plan is re-derived from them as the planner would choose among the measured tiles: each group's planned tile becomes its fused record of least predicted
-    time, and the group counts as fused when its predicted unfused/fused time at that tile reaches
-    `fuse_min_speedup` (the planner itself might pick an unmeasured tile; the measurements are
-    unchanged)."""
+    whose plan is re-derived from them as the planner would choose among the measured tiles: each
+    group's planned tile becomes its fused record of least predicted time, and the group counts as
+    fused when its predicted unfused/fused time at that tile reaches `fuse_min_speedup` (the planner
+    itself might pick an unmeasured tile; the measurements are unchanged)."""
     out = copy.deepcopy(data)
     meta = out["meta"]
     batch = int(meta["batch"])

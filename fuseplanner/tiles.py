@@ -398,11 +398,10 @@ def check(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, gpu) -> str | No
     smem = smem_bytes(kind, ops, tile, dtype)
     if smem > gpu.smem_per_block_bytes:
         return f"needs {smem} B of shared memory per block, {gpu.name} allows {gpu.smem_per_block_bytes} B"
-    least = registers.wanted(kind, tile, dtype)
-    if least > registers.MAX_REGS_PER_THREAD:
-        return (f"needs about {least} registers per thread (limit {registers.MAX_REGS_PER_THREAD}; the compiler "
+    regs = registers.wanted(kind, tile, dtype)  # within the ceiling, what the compiler allocates
+    if regs > registers.MAX_REGS_PER_THREAD:
+        return (f"needs about {regs} registers per thread (limit {registers.MAX_REGS_PER_THREAD}; the compiler "
                 "would spill to local memory)")
-    regs = regs_per_thread(kind, tile, dtype)
     if regs * tile.threads > gpu.regs_per_sm:
         return f"needs {regs * tile.threads} registers per block, {gpu.name} has {gpu.regs_per_sm} per SM"
     return None

@@ -66,10 +66,10 @@ def test_token_major_fp16_fragment_rows_share_sectors():
 
 
 # ---- thread by thread --------------------------------------------------------------------------------
-def _epilogue(d: dict, tf: int, th: int, tw: int, threads: int, ks: int, cl: bool, in_map, offset):
+def _epilogue(d: dict, tf: int, th: int, tw: int, threads: int, ks: int, cl: bool, wo: int, in_map, offset):
     """{instruction: [(thread, element offsets)]} of one block (of one cluster rank r when ks > 1,
-    keyed (r, ...)): kernels/pw.cu's stores walked thread by thread. `in_map(f, p)` says whether
-    tile output (f, p) is inside the tensor, `offset(f, p)` where it is."""
+    keyed (r, ...)): kernels/pw.cu's stores walked thread by thread, on a map `wo` wide (g.Wo).
+    `in_map(f, p)` says whether tile output (f, p) is inside the tensor, `offset(f, p)` where it is."""
     p_all = th * tw
     out: dict = defaultdict(list)
 
@@ -79,8 +79,7 @@ def _epilogue(d: dict, tf: int, th: int, tw: int, threads: int, ks: int, cl: boo
 
     def store_outv(key, tid, f, p, n):
         last = p + n - 1
-        wo_ok = offset is not None
-        if not cl and tw % n == 0 and _WO[0] % n == 0 and last < p_all and in_map(f, last) and wo_ok:
+        if not cl and tw % n == 0 and wo % n == 0 and last < p_all and in_map(f, last):
             out[key + ("v",)].append((tid, [offset(f, p + e) for e in range(n)]))
             return
         for e in range(n):
@@ -121,14 +120,10 @@ def _epilogue(d: dict, tf: int, th: int, tw: int, threads: int, ks: int, cl: boo
     return out
 
 
-_WO = [0]  # the map width store_outv checks (g.Wo)
-
-
 def _walk(co, ho, wo, e, cl, tile, ks, variant, images):
     """Write sectors of `images` images: per block, the distinct sectors of each epilogue
     instruction over the block's warps."""
     d = dict(variant)
-    _WO[0] = wo
     total = 0
     tw = 1 if cl else tile.tw
     for n in range(images):
@@ -143,7 +138,7 @@ def _walk(co, ho, wo, e, cl, tile, ks, variant, images):
                         y, x = y0 + p // tw, x0 + p % tw
                         return (n * ho + y) * co + f0 + f if cl else ((n * co + f0 + f) * ho + y) * wo + x
 
-                    ins = _epilogue(d, tile.tf, tile.th, tw, tile.threads, ks, cl, in_map, offset)
+                    ins = _epilogue(d, tile.tf, tile.th, tw, tile.threads, ks, cl, wo, in_map, offset)
                     total += sum(len({a * e // 32 for _, offs in lanes for a in offs}) for lanes in ins.values())
     return total
 

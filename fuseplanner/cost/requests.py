@@ -136,9 +136,10 @@ def _count(p: Pattern, grid: Counter, images: int, union: bool = False) -> float
     return float((count * blocks).sum()) / images
 
 
-def _planes(n: int, tile: int, plane_bytes: int) -> Counter:
-    """{(byte phase, planes inside): tiles} of the plane tiles of one image."""
-    return Counter(((t * tile * plane_bytes) % SECTOR, min(tile, n - t * tile)) for t in range(-(-n // tile)))
+def _spans(n: int, tile: int, step_bytes: int) -> Counter:
+    """{(byte phase, units inside): tiles} of `tile`-unit tiles over `n` units `step_bytes` apart
+    (planes of one image, rows of a plane, ...)."""
+    return Counter(((t * tile * step_bytes) % SECTOR, min(tile, n - t * tile)) for t in range(-(-n // tile)))
 
 
 def _images(planes: int, plane_bytes: int) -> tuple[Counter, int]:
@@ -154,7 +155,7 @@ def tile_write_sectors(co: int, ho: int, wo: int, e: int, tf: int, th: int, tw: 
     cols = Counter(((t * tw * e) % SECTOR, 0, min(tw, wo - t * tw)) for t in range(-(-wo // tw)))
     rows = Counter(((t * th * wo * e) % SECTOR, 0, min(th, ho - t * th)) for t in range(-(-ho // th)))
     imgs, n = _images(co, ho * wo * e)
-    grid = _combine(_combine(imgs, _planes(co, tf, ho * wo * e)), _combine(rows, cols))
+    grid = _combine(_combine(imgs, _spans(co, tf, ho * wo * e)), _combine(rows, cols))
     return _count(Pattern(tw, th // v, v, 1, wo, ho * wo, e), grid, n)
 
 
@@ -177,7 +178,7 @@ def window_load_sectors(c: int, h: int, w: int, e: int, tf: int, hh: int, ww: in
         y0 = t * sh - pt
         rows[((y0 * w * e) % SECTOR, max(0, -y0), min(hh, h - y0))] += 1
     imgs, n = _images(c, h * w * e)
-    grid = _combine(_combine(imgs, _planes(c, tf, h * w * e)), _combine(rows, cols))
+    grid = _combine(_combine(imgs, _spans(c, tf, h * w * e)), _combine(rows, cols))
     return _count(Pattern(nx, hh, 1, vec, w, h * w, e), grid, n, union)
 
 
@@ -232,9 +233,9 @@ def _pw_lanes(tf: int, th: int, tw: int, threads: int, ks: int, variant: tuple, 
 @lru_cache(maxsize=4096)
 def _pw_filter_patterns(tf: int, th: int, tw: int, threads: int, ks: int, variant: tuple,
                         vec_ok: bool) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]:  # fmt: skip
-    """`_pw_lanes` per output plane: (instruction of each element, tile pixel, cumulative plane
-    count [f]: how many of the filters 0 .. f store it) for every distinct way in which some of the
-    tile's filters split their pixels over instructions, elements in instruction then pixel order.
+    """`_pw_lanes` per output plane: (instruction of each element, tile pixel, which of the tile's
+    filters store it [f], 0 or 1) for every distinct way in which some of the tile's filters split
+    their pixels over instructions, elements in instruction then pixel order.
     A plane's count depends on which of its pixels share an instruction, not on the instructions'
     places in the epilogue, so sequences equal up to a shift of instruction numbers count as one."""
     lanes = _pw_lanes(tf, th, tw, threads, ks, variant, vec_ok)
@@ -245,7 +246,7 @@ def _pw_filter_patterns(tf: int, th: int, tw: int, threads: int, ks: int, varian
         at = np.flatnonzero(lanes.ravel() // (th * tw) == 0)  # filter 0's elements, in instruction order
         r, p = at // lanes.shape[1], lanes.ravel()[at]
         order = np.lexsort((p, r))
-        return ((r[order] - r[order][0], p[order], np.arange(1, tf + 1)),)
+        return ((r[order] - r[order][0], p[order], np.ones(tf, dtype=np.int64)),)
     valid = lanes >= 0
     r = np.broadcast_to(np.arange(len(lanes))[:, None], lanes.shape)[valid]
     f, p = lanes[valid] // (th * tw), lanes[valid] % (th * tw)
@@ -266,7 +267,7 @@ def _pw_filter_patterns(tf: int, th: int, tw: int, threads: int, ks: int, varian
         at = slice(start[stored == same[0]][0], start[stored == same[0]][0] + int(k[1]))
         member = np.zeros(tf, dtype=np.int64)
         member[same] = 1
-        out.append((rel[at], p[at], np.cumsum(member)))
+        out.append((rel[at], p[at], member))
     return tuple(out)
 
 
@@ -294,15 +295,11 @@ def pw_write_sectors(co: int, ho: int, wo: int, e: int, cl: bool, tf: int, th: i
     run = 2 if d["USE_TC"] else d.get("PVEC", 1)  # outputs a thread stores side by side
     vec_ok = not cl and tw % run == 0 and wo % run == 0
     if cl:  # token-major: a tile's filters are its columns
-        cols = Counter(((t * tf * e) % SECTOR, min(tf, co - t * tf)) for t in range(-(-co // tf)))
-        rows = Counter(((t * th * co * e) % SECTOR, min(th, ho - t * th)) for t in range(-(-ho // th)))
         imgs, n = _images(ho, co * e)
-        grid = _combine(_combine(imgs, Counter({(0, tf): 1})), _combine(rows, cols))
+        grid = _combine(_combine(imgs, Counter({(0, tf): 1})), _combine(_spans(ho, th, co * e), _spans(co, tf, e)))
     else:
-        cols = Counter(((t * tw * e) % SECTOR, min(tw, wo - t * tw)) for t in range(-(-wo // tw)))
-        rows = Counter(((t * th * wo * e) % SECTOR, min(th, ho - t * th)) for t in range(-(-ho // th)))
         imgs, n = _images(co, ho * wo * e)
-        grid = _combine(_combine(imgs, _planes(co, tf, ho * wo * e)), _combine(rows, cols))
+        grid = _combine(_combine(imgs, _spans(co, tf, ho * wo * e)), _combine(_spans(ho, th, wo * e), _spans(wo, tw, e)))
     keys = list(grid)  # (byte phase, planes, rows, columns inside the tensor)
     count = np.array([grid[k] for k in keys], dtype=float)
     patterns = None if cl else _pw_filter_patterns(tf, th, tw, threads, ks, variant, vec_ok)
@@ -328,12 +325,11 @@ def _by_plane(keys: list, patterns: tuple, th: int, tw: int, ho: int, wo: int, e
     planes = np.minimum(cls[:, 1], tf) - 1
     residue = np.arange(tf) % q
     blocks = np.zeros(len(keys))
-    for r, p, below in patterns:
+    for r, p, member in patterns:
         row, col = p // tw, p % tw
         # pixels rise with their address within an instruction; instructions lie a tile apart
         sec = (phase + (row * wo + col) * e) // SECTOR + r * (th * wo * e + SECTOR)
         per = _rising_sectors(sec, (row < rlim) & (col < clim))[inv.ravel()]  # [class of keys, residue]
-        member = np.diff(below, prepend=0)
         upto = np.cumsum(member[None, :] * (residue[None, :] == np.arange(q)[:, None]), axis=1)  # [residue, f]
         blocks += (per * upto[:, planes].T).sum(axis=1)
     return blocks
