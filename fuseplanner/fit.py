@@ -55,6 +55,7 @@ LOAD_FIELD = "warp_load_bytes_per_cycle"
 CORESIDENT_FIELD = "coresident_exponent"
 SM_CAP_FIELD = "fused_sm_issue_warps"
 LOAD_WEIGHT_FIELD = "fused_shared_load_weight"
+EPILOGUE_FIELD = "fused_epilogue_weight"
 FIXED_FIELDS = ("kernel_fixed_s", "fused_kernel_fixed_s")
 FIXED_START = 1e-6  # s: where the fit starts a fixed launch time the spec has at 0
 SM_CAP_START = 8.0  # warps: where the fit starts when the spec has no cap (0)
@@ -260,7 +261,7 @@ def _rate_fields(samples: Sequence[Sample]) -> list[str]:
             names.add(EXPONENT_FIELDS[fused])
             if st.kind == "dw":
                 names.add(RATE_FIELDS[("dw", "fp16" if s.dtype == "fp16" else "fp32")])
-            elif st.kind in ("pw_dw", "dw_pw", "pw_dw_pw"):
+            elif fused:  # the DW stencil, and the staged epilogues (pw_pw's too)
                 names.add(RATE_FIELDS[("fused_dw", "any")])
             family = "pw" if st.kind in ("pw", "linear") else ("fused" if st.kind != "dw" else None)
             if family:
@@ -340,7 +341,7 @@ def _fit_threshold(ratios: Sequence[tuple[float, bool]]) -> float | None:
 
 #: Every field `fit_spec` can fit (`only` must name a subset).
 FITTABLE = (*RATE_FIELDS.values(), *L2_FRACTION_FIELDS.values(), *EXPONENT_FIELDS, LOAD_FIELD, CORESIDENT_FIELD,
-            SM_CAP_FIELD, LOAD_WEIGHT_FIELD, *FIXED_FIELDS, THRESHOLD_FIELD)
+            SM_CAP_FIELD, LOAD_WEIGHT_FIELD, EPILOGUE_FIELD, *FIXED_FIELDS, THRESHOLD_FIELD)
 
 
 def fit_spec(spec: Any, samples: Sequence[Sample], max_iter: int = 400, only: Sequence[str] | None = None) -> Fit:
@@ -357,7 +358,7 @@ def fit_spec(spec: Any, samples: Sequence[Sample], max_iter: int = 400, only: Se
     keep = (lambda n: True) if only is None else (lambda n: n in only)
     values: dict[str, float] = {k: v for k, v in _fit_fractions(spec, samples).items() if keep(k)}
     names = [n for n in _rate_fields(samples) if keep(n)]
-    for name in (CORESIDENT_FIELD, SM_CAP_FIELD, LOAD_WEIGHT_FIELD, *FIXED_FIELDS):  # fitted only on request: they move every prediction
+    for name in (CORESIDENT_FIELD, SM_CAP_FIELD, LOAD_WEIGHT_FIELD, EPILOGUE_FIELD, *FIXED_FIELDS):  # fitted only on request: they move every prediction
         if only is not None and name in only:
             names.append(name)
     if not names and not values and not keep(THRESHOLD_FIELD):

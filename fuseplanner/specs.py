@@ -49,6 +49,7 @@ MEASURABLE = (
     "coresident_exponent",
     "fused_sm_issue_warps",
     "fused_shared_load_weight",
+    "fused_epilogue_weight",
     "kernel_fixed_s",
     "fused_kernel_fixed_s",
     "fuse_min_speedup",
@@ -71,28 +72,32 @@ MEASURABLE = (
 #: warp exponent, co-residency, SM cap) are fitted together with `fused_shared_load_weight` (3, chosen
 #: by a scan) and `fused_kernel_fixed_s` on the H100 records of that session's kernels
 #: (docs/validation/live-2026-11-24-s18/h100_fit.toml; checked live out of sample in
-#: docs/validation/live-2026-11-24-s18b).
+#: docs/validation/live-2026-11-24-s18b). The twenty-fourth session refitted the fused fields with the
+#: new `fused_epilogue_weight` (16, chosen by scripts/field_scan.py), then the layer-by-layer ones, on
+#: the 4,119 counter records of ncu-2026-11-24-s19..s23 (current kernels, batch 1-8), and checked them
+#: on five new batch-8 sweeps (ncu-2026-11-24-s24); the commands are in gpu_specs/h100.toml.
 KERNEL_RATE_DEFAULTS: dict[str, float] = {
-    "dw_warp_flops_per_cycle_fp32": 1.085,
-    "dw_warp_flops_per_cycle_fp16": 1.146,
-    "pw_warp_flops_per_cycle_fp32": 4.08,
-    "pw_warp_flops_per_cycle_tf32": 2.854,
-    "pw_warp_flops_per_cycle_fp16": 9.917,
-    "fused_pw_warp_flops_per_cycle_fp32": 22.653,
+    "dw_warp_flops_per_cycle_fp32": 1.06,
+    "dw_warp_flops_per_cycle_fp16": 1.166,
+    "pw_warp_flops_per_cycle_fp32": 5.668,
+    "pw_warp_flops_per_cycle_tf32": 5.338,
+    "pw_warp_flops_per_cycle_fp16": 13.03,
+    "fused_pw_warp_flops_per_cycle_fp32": 27.376,
     "fused_pw_warp_flops_per_cycle_tf32": 151.624,
-    "fused_pw_warp_flops_per_cycle_fp16": 151.129,
-    "fused_dw_warp_flops_per_cycle": 15.473,
+    "fused_pw_warp_flops_per_cycle_fp16": 212.013,
+    "fused_dw_warp_flops_per_cycle": 15.084,
     "fused_weight_l2_fraction": 1.05,
     "fused_weight_l2_fraction_fp16": 1.3,
     "fused_weight_load_fraction": 0.7,
-    "block_warp_exponent": 1.0,
-    "fused_block_warp_exponent": 0.91,
-    "warp_load_bytes_per_cycle": 3.568,
-    "coresident_exponent": 0.258,
-    "fused_sm_issue_warps": 4.375,
+    "block_warp_exponent": 0.952,
+    "fused_block_warp_exponent": 0.912,
+    "warp_load_bytes_per_cycle": 3.276,
+    "coresident_exponent": 0.212,
+    "fused_sm_issue_warps": 3.774,
     "fused_shared_load_weight": 3.0,
-    "kernel_fixed_s": 0.0,
-    "fused_kernel_fixed_s": 2.915e-06,
+    "fused_epilogue_weight": 16.0,
+    "kernel_fixed_s": 3.624e-07,
+    "fused_kernel_fixed_s": 2.919e-06,
 }
 
 
@@ -136,6 +141,7 @@ class Hw(NamedTuple):
     coresident_exp: float  # a block's serial chain is slowed by (blocks resident on its SM) ** this
     fused_sm_warps: float  # an SM issues its resident fused blocks' work at most at this many warps' rate (0: no cap)
     fused_load_w: float  # FMA-equivalents the fused kernels' issued work charges per shared-memory operand load
+    fused_epi_w: float  # FMA-equivalents the fused kernels' issued work charges per element of a staged epilogue
     fixed: tuple[float, float]  # seconds a launch takes beyond the empty-launch floor whatever its work: LBL, fused
 
 
@@ -259,6 +265,11 @@ class GpuSpec(BaseModel):
         description="FMA-equivalents (exact fp32) or mma-equivalents (tensor cores) that the fused kernels' "
         "issued work charges per shared-memory operand load of a GEMM unit or DW stencil item (a float4, "
         "an ldmatrix): how much a small register or mma block is slowed by its operand loads")
+    fused_epilogue_weight: float = Field(
+        default=KERNEL_RATE_DEFAULTS["fused_epilogue_weight"], ge=0,
+        description="FMA-equivalents that the fused kernels' issued work charges per element of their staged "
+        "epilogue (accumulator through shared memory, index arithmetic, bias, activation, residual, global "
+        "store; cost.fused.epilogue_issue), at the fused DW stencil's warp rate")
     kernel_fixed_s: float = Field(
         default=KERNEL_RATE_DEFAULTS["kernel_fixed_s"], ge=0,
         description="seconds one launch of fuseplanner's layer-by-layer kernels takes beyond the empty-launch "
@@ -328,6 +339,7 @@ class GpuSpec(BaseModel):
             float(e("coresident_exponent")),
             float(e("fused_sm_issue_warps")),
             float(e("fused_shared_load_weight")),
+            float(e("fused_epilogue_weight")),
             (float(e("kernel_fixed_s")), float(e("fused_kernel_fixed_s"))),
         )  # fmt: skip
 

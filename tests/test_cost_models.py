@@ -53,6 +53,7 @@ H100_T = GpuSpec.model_validate({
     "dw_warp_flops_per_cycle_fp32": 1.32, "pw_warp_flops_per_cycle_fp32": 2.25,
     "pw_warp_flops_per_cycle_tf32": 2.25, "pw_warp_flops_per_cycle_fp16": 3.61,
     "block_warp_exponent": 0.872, "warp_load_bytes_per_cycle": 6.01, "coresident_exponent": 0.0,
+    "kernel_fixed_s": 0.0,
 })  # fmt: skip
 
 
@@ -494,6 +495,10 @@ def test_resources_and_time_by_hand():
     wave = max(1 * 0.6e-6 + max(t_mem, t_ld) + t_own, t_cmp) + 0.6e-6
     assert wave == pytest.approx(0.6e-6 + t_mem + t_own + 0.6e-6, rel=1e-12)
     assert c.time_s == pytest.approx(2.1e-6 + wave, rel=1e-12)  # 5.909 us
+    # a fixed launch time (kernel_fixed_s, what a launch takes beyond the empty-launch floor) adds once
+    fixed = estimate("dw", (dw(144, 56, 56),), Tile(16, 16, 8, 8, 256), "fp32", 1,
+                     GpuSpec.model_validate({**H100_T.model_dump(), "kernel_fixed_s": 0.5e-6}))
+    assert fixed.time_s == pytest.approx(c.time_s + 0.5e-6, rel=1e-12)
     # co-residency: the 3 blocks resident on an SM share its issue slots, each chain x 3 ** 0.2 = x 1.2457
     #   (coresident_exponent 0.2): 3.209 -> 3.997 us, 6.698 us in all
     shared = estimate("dw", (dw(144, 56, 56),), Tile(16, 16, 8, 8, 256), "fp32", 1,

@@ -62,7 +62,8 @@ def test_issued_work_reaches_the_launch_time():
     h100 = gpu("h100")
     km = model.context("dw_pw", (DW, PW), "fp16")
     w = km.work(TILE, 1, False)
-    got = model.issued("dw_pw", (DW, PW), TILE, "fp16", "fp32", w, 1, 0.5)
+    no_epilogue = h100.hw._replace(fused_load_w=0.5, fused_epi_w=0.0)
+    got = model.issued("dw_pw", (DW, PW), TILE, "fp16", "fp32", w, 1, no_epilogue)
     assert got.mma_issue == 28672.0 * w.blocks and got.cuda_issue == 4608.0 * w.blocks
     assert got.mma_issue > w.mma_flops  # padding and idle warps cost more than the useful FLOPs
     # own compute at the issued work: the block's chain is longer than at its useful FLOPs
@@ -100,7 +101,52 @@ def test_fused_kinds_run_the_stencil_at_their_own_rate():
     assert time.warp_rates("dw", "fp32", "fp32", hw)[0] != fused_rate
     # a faster fused stencil shortens a DW-heavy fused launch: same work, rate doubled -> less time
     km = model.context("dw_pw", (DW, PW), "fp16")
-    w = model.issued("dw_pw", (DW, PW), TILE, "fp16", "fp32", km.work(TILE, 1, False), 1, hw.fused_load_w)
+    w = model.issued("dw_pw", (DW, PW), TILE, "fp16", "fp32", km.work(TILE, 1, False), 1, hw)
     args = (0.0, 1, TILE.threads, hw, time.mma_rate("fp16", "fp32", hw))
     rates = time.warp_rates("dw_pw", "fp16", "fp32", hw)
     assert time.kernel_time(w, *args, (2 * rates[0], *rates[1:])) < time.kernel_time(w, *args, rates)
+
+
+def test_staged_epilogue_counts_each_threads_elements():
+    # dw_pw, 4 x 56 pixels x 128 filters on 256 threads (kernels/fused_dw_pw.cu: the accumulator tile goes
+    # through shared memory, then each thread stores every 256th element): 128 x 224 = 28,672 elements,
+    # 112 a thread; at 4 FMA-equivalents an element: 112 x 4 x 256 threads x 2 = 229,376 FLOP-equivalents
+    d, p = dw(64, 112, 112, 3, 2), pw(64, 128, 56, 56)
+    tile = Tile(4, 56, 128, 64, 256)
+    assert fused.epilogue_issue("dw_pw", (d, p), tile, 1, 4.0, 3.0) == 229_376.0
+    # a cluster split of 2: each block stores 28,672 / 512 = 56 elements a thread, each reading the other
+    # block's partial over DSMEM (one load at 3): 56 x (4 + 3) x 256 x 2 blocks x 2 = 401,408
+    assert fused.epilogue_issue("dw_pw", (d, p), tile, 2, 4.0, 3.0) == 401_408.0
+    # 100 filters do not divide over 256 threads: ceil(100 x 224 / 256) = 88 a thread (87.5 useful)
+    assert fused.epilogue_issue("dw_pw", (d, p), Tile(4, 56, 100, 64, 256), 1, 1.0, 3.0) == 88 * 256 * 2.0
+    # pw_dw stores its DW outputs from registers: no staged epilogue; a zero weight charges nothing
+    e = pw(16, 64, 56, 56)
+    assert fused.epilogue_issue("pw_dw", (e, d), tile, 1, 4.0, 3.0) == 0.0
+    assert fused.epilogue_issue("dw_pw", (d, p), tile, 1, 0.0, 3.0) == 0.0
+
+
+def test_pw_pw_also_stages_its_first_pw_every_chunk():
+    # pw_pw 32 -> 64 -> 32 over 4 x 8 = 32 pixels, 32 filters, chunks of 16 mid channels, 128 threads:
+    # epilogue 32 x 32 / 128 = 8 elements a thread; each of the 64 / 16 = 4 chunks stages 16 (tc, rounded
+    # to 16) x 32 (pixels, rounded to 8) = 512 elements, 4 a thread. At weight 4:
+    # (8 x 128 + 4 x 4 x 128) x 4 x 2 = (1,024 + 2,048) x 8 = 24,576
+    a, b = pw(32, 64, 8, 8), pw(64, 32, 8, 8)
+    assert fused.epilogue_issue("pw_pw", (a, b), Tile(4, 8, 32, 16, 128), 1, 4.0, 3.0) == 24_576.0
+
+
+def test_epilogue_weight_lengthens_large_output_tiles_most():
+    # the spec's weight reaches the launch time through the issued CUDA-core work; a tile storing 112
+    # elements a thread gains more time from it than one storing 2
+    from fuseplanner.calibrate import apply_measured
+    from fuseplanner.cost import estimate
+
+    base = gpu("h100")
+    heavy = apply_measured(base, {"fused_epilogue_weight": base.fused_epilogue_weight + 8.0})
+    d, p = dw(64, 112, 112, 3, 2), pw(64, 128, 56, 56)
+    big, small = Tile(4, 56, 128, 64, 256), Tile(2, 8, 32, 64, 256)
+    gain = {}
+    for t in (big, small):
+        times = [estimate("dw_pw", (d, p), t, "fp16", 8, s).time_s for s in (base, heavy)]
+        assert times[1] > times[0]
+        gain[t] = times[1] / times[0]
+    assert gain[big] > gain[small]

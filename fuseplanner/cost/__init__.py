@@ -159,7 +159,7 @@ def best_tile(
         dram = dram_r + dram_w
         if not by_time and not by_gma and best is not None and dram > best[0]:
             continue
-        t = kernel_time(issued(kind, ops, tile, dtype, precision, w, ks, hw.fused_load_w), dram_r + dram_w, bps, threads, hw, mma, rates,
+        t = kernel_time(issued(kind, ops, tile, dtype, precision, w, ks, hw), dram_r + dram_w, bps, threads, hw, mma, rates,
                         depth, launch_sms(ks, hw))  # fmt: skip
         r = (t if by_time else gma if by_gma else dram, t, gma, dram)
         if best is None or r < best:

@@ -299,6 +299,33 @@ def issued_per_block(kind: str, ops: tuple, tile: Tile, e: int, prec: int, load_
     return nk * _dw_issue(tile.tc, tile, dw, load_w), pw
 
 
+#: Fused kinds whose blocks end in a staged epilogue: the accumulator tile goes to shared memory and the
+#: threads then store it element by element with bias, activation and residual (kernels/fused_dw_pw.cu,
+#: fused_pw_dw_pw.cu, fused_pw_pw.cu). pw_dw stores each DW output from registers as it computes it.
+STAGED_EPILOGUE_KINDS = frozenset({"dw_pw", "pw_dw_pw", "pw_pw"})
+
+
+def epilogue_issue(kind: str, ops: tuple, tile: Tile, ks: int, epi_w: float, load_w: float) -> float:
+    """FLOP-equivalents the `ks` blocks of one output tile of a fused kernel issue on its element-wise
+    passes, as the busiest thread of each runs them, times the threads (0 for kinds without a staged
+    epilogue). The epilogue: ceil(tf x th x tw / (ks x threads)) elements per thread, each `epi_w`
+    FMA-equivalents (the spec's `fused_epilogue_weight`: the accumulator's round trip through shared
+    memory, index arithmetic, bias, activation, residual, a global store) plus, in a cluster split,
+    `load_w` for each of the other ks - 1 blocks' partial sums it reads over distributed shared
+    memory. pw_pw also stages its first PW element by element in every chunk (bias, ACT1: tc x th x tw
+    rounded up to the GEMM's 16 x 8 tiles, kernels/fused_pw_pw.cu), at the same weight."""
+    if kind not in STAGED_EPILOGUE_KINDS or not epi_w:
+        return 0.0
+    t = tile.threads
+    p = tile.th * tile.tw
+    per_thread = -(-(tile.tf * p) // (ks * t)) * (epi_w + (ks - 1) * load_w)
+    total = per_thread * t * ks
+    if kind == "pw_pw":
+        nk = -(-ops[0].c_out // tile.tc)
+        total += nk * -(-(_rup(tile.tc, 16) * _rup(p, 8)) // t) * t * epi_w
+    return 2.0 * total
+
+
 def _dw_issue(nch: int, tile: Tile, dw, load_w: float) -> float:
     """FLOP-equivalents a block's busiest thread issues on the DW stencil of `nch` channels (kernels/
     common.cuh dw_rows via fused_common.cuh dw_window), times the threads: items of V output rows

@@ -10,7 +10,7 @@ from ..errors import PlanError
 from ..ir import DTYPE_BYTES, Cost, KernelResources, Op, Tile, math_mode
 from ..specs import GpuSpec, Hw
 from .dw import DwModel
-from .fused import DwPwModel, PwDwModel, PwDwPwModel, PwPwModel, issued_per_block
+from .fused import DwPwModel, PwDwModel, PwDwPwModel, PwPwModel, epilogue_issue, issued_per_block
 from .pw import PwModel
 from .shapes import geom
 from .time import blocks_per_sm, kernel_time, mma_rate, warp_rates
@@ -209,17 +209,19 @@ def _issued(kind: str, ops: tuple[Op, ...], tile: Tile, e: int, prec: int, load_
     return issued_per_block(kind, ops, tile, e, prec, load_w)
 
 
-def issued(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, precision: str, w: Work, ks: int,
-           load_w: float) -> Work:  # fmt: skip
+def issued(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, precision: str, w: Work, ks: int, hw: Hw) -> Work:
     """`w` with the FLOPs a fused kernel's blocks issue on their critical path (`fused.issued_per_block`:
     the kernels' GEMM work split per thread or warp, tensor-core padding and idle units included, and
-    the padded DW stencil chunk), which the time model charges at the fused warp rates; `ks` blocks
-    of a cluster split share one block's chunks. Other kinds are returned unchanged."""
+    the padded DW stencil chunk; `fused.epilogue_issue`: the element-wise epilogue at the spec's
+    `fused_epilogue_weight`), which the time model charges at the fused warp rates (the epilogue, on
+    the CUDA cores, at the DW stencil's); `ks` blocks of a cluster split share one block's chunks.
+    Other kinds are returned unchanged."""
     if kind not in tiles.FUSED_KINDS:
         return w
-    dw, pw = _issued(kind, ops, tile, DTYPE_BYTES[dtype], math_mode(dtype, precision), load_w)
+    dw, pw = _issued(kind, ops, tile, DTYPE_BYTES[dtype], math_mode(dtype, precision), hw.fused_load_w)
     n = w.blocks / ks
-    return w._replace(cuda_issue=dw * n, mma_issue=pw * n)
+    epi = epilogue_issue(kind, ops, tile, ks, hw.fused_epi_w, hw.fused_load_w)
+    return w._replace(cuda_issue=(dw + epi) * n, mma_issue=pw * n)
 
 
 #: Fused kinds whose filter tiles' re-reads of an input window L2 does not merge: Nsight Compute on the
@@ -286,7 +288,7 @@ def estimate_ours(
     if bps < 1:
         return Cost(feasible=False, reason=f"{kind} {tile}: no block fits on an SM ({limiter})")
     w, depth, ks = launched(kind, ops, tile, dtype, batch, gpu, km, residual, precision)
-    w = issued(kind, ops, tile, dtype, precision, coresident(w, bps, ks, hw, kind), ks, hw.fused_load_w)
+    w = issued(kind, ops, tile, dtype, precision, coresident(w, bps, ks, hw, kind), ks, hw)
     conc = hw.sm_count * bps
     dram_r, dram_w = dram_traffic(w, conc, hw)
     rates = warp_rates(kind, dtype, precision, hw)
