@@ -10,7 +10,8 @@ session chose `fused_epilogue_weight` (docs/validation.md):
         --train 'docs/validation/ncu-2026-11-24-s19/*/runs/*/results.json' 'docs/validation/ncu-2026-11-24-s2[012]/*/runs/*/results.json' \\
         --test 'docs/validation/ncu-2026-11-24-s23/*/runs/*/results.json' --json scan.json
 
-A value of 0 keeps the spec's own value of the field where 0 is not a valid measured value.
+Each value replaces the field in the spec (schema value and any measured one), so 0 switches a term off.
+The fitted fields start from the spec's values: a re-run after those were refitted starts elsewhere.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fuseplanner import fit, specs  # noqa: E402
 from fuseplanner.calibrate import apply_measured  # noqa: E402
+from fuseplanner.specs import GpuSpec  # noqa: E402
 
 
 def paths(patterns: list[str]) -> list[str]:
@@ -34,6 +36,13 @@ def paths(patterns: list[str]) -> list[str]:
     if not out:
         sys.exit(f"field_scan: no results.json matches {' '.join(patterns)}")
     return out
+
+
+def with_value(spec: GpuSpec, field: str, value: float) -> GpuSpec:
+    """`spec` with `field` set to `value`, whatever its measured table held."""
+    d = spec.model_dump()
+    d["measured"] = {k: v for k, v in d["measured"].items() if k != field}
+    return GpuSpec.model_validate({**d, field: value})
 
 
 def score(spec, samples: list, tau: float) -> dict[str, float]:
@@ -61,14 +70,15 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     base = specs.gpu(a.gpu)
     only = a.fit.split(",")
-    train_paths, test_paths = paths(a.train), paths(a.test) if a.test else []
+    train_all = fit.load_samples(paths(a.train))
+    test_all = fit.load_samples(paths(a.test)) if a.test else []
     rows = []
     print("| value | train time med / p90 | fused med / p90 | decisions | test time med / p90 | fused med / p90 | decisions |")
     print("|---:|---|---|---|---|---|---|")
     for value in (float(v) for v in a.values.split(",")):
-        spec = apply_measured(base, {a.field: value}) if value else base
-        train, _ = fit.feasible(spec, fit.load_samples(train_paths))
-        test, _ = fit.feasible(spec, fit.load_samples(test_paths)) if test_paths else ([], [])
+        spec = with_value(base, a.field, value)
+        train, _ = fit.feasible(spec, train_all)
+        test, _ = fit.feasible(spec, test_all)
         fitted = fit.fit_spec(spec, train, max_iter=a.max_iter, only=only)
         after = apply_measured(spec, fitted.values)
         tau = float(after.eff(fit.THRESHOLD_FIELD))
