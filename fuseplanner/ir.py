@@ -327,6 +327,13 @@ class Cost:
             reason=reasons,
         )
 
+    def overlapped(self, overlap: float) -> Cost:
+        """These launches run back to back: each after the first takes `overlap` seconds less than alone
+        (the spec's `launch_overlap_s`; a timed sequence or a whole plan, not a lone kernel)."""
+        if self.launches <= 1 or not overlap:
+            return self
+        return replace(self, time_s=self.time_s - (self.launches - 1) * overlap)
+
     def __radd__(self, other: object) -> Cost:
         if other == 0:  # lets sum() work
             return self

@@ -402,11 +402,13 @@ class Evaluated:
     unfused: Cost
     #: a residual Add the group does not absorb but its last member would alone: run separately if fused
     orphaned: Cost = field(default_factory=Cost)
+    #: seconds each launch after the first of back-to-back launches saves (spec `launch_overlap_s`)
+    overlap: float = 0.0
 
     @property
     def fused_total(self) -> Cost:
-        """The fused kernel plus whatever fusing leaves to run separately."""
-        return self.fused.cost + self.orphaned
+        """The fused kernel plus whatever fusing leaves to run separately, back to back."""
+        return (self.fused.cost + self.orphaned).overlapped(self.overlap)
 
 
 def plan(
@@ -455,7 +457,9 @@ def plan(
     rejected = [RejectedPlan(kind=r.kind, nodes=list(r.members), absorbed=list(r.absorbed), stage="graph", reason=r.reason) for r in found.rejected]
     helpful: list[Evaluated] = []
     margin = float(spec.eff("fuse_min_speedup")) if model == "ours" else 1.0
-    evaluated = [_evaluate(cand, ops, layer, search, _orphaned_add(cand, resid, library)) for cand in found.groups]
+    overlap = float(spec.eff("launch_overlap_s")) if model == "ours" else 0.0
+    evaluated = [_evaluate(cand, ops, layer, search, _orphaned_add(cand, resid, library), overlap)
+                 for cand in found.groups]
     with_add = {ev.cand.members for ev in evaluated if ev.cand.residual and ev.fused.feasible}
     for ev in evaluated:
         cand = ev.cand
@@ -484,8 +488,9 @@ def plan(
             rejected.append(_rejected(ev.cand, "overlap", f"overlaps chosen group {', '.join(by)}: the chosen set saves more"))
 
     layers = _layer_plans(graph, ops, layer, covered, resid, library, LayerPlan, CostModel)
-    unfused_total = sum((layer[n].cost for n in graph.order), Cost())
-    planned_total = sum((g.fused_cost for g in groups), Cost()) + sum((lay.ir_cost for lay in layers), Cost())
+    unfused_total = sum((layer[n].cost for n in graph.order), Cost()).overlapped(overlap)
+    planned_total = (sum((g.fused_cost for g in groups), Cost()) + sum((lay.ir_cost for lay in layers), Cost())
+                     ).overlapped(overlap)
     groups.sort(key=lambda g: graph.order.index(g.nodes[0]))
     return Plan(
         model=graph.name,
@@ -509,10 +514,11 @@ def _group_job(cand: Candidate, ops: dict[str, Op]) -> tuple[str, tuple[Op, ...]
 
 
 def _evaluate(cand: Candidate, ops: dict[str, Op], layer: dict[str, Choice], search: TileSearch,
-              orphaned: Cost | None = None) -> Evaluated:  # fmt: skip
+              orphaned: Cost | None = None, overlap: float = 0.0) -> Evaluated:  # fmt: skip
+    """The group's best fused kernel against its members run layer by layer, back to back (`overlap`)."""
     fused = search.best(*_group_job(cand, ops))
-    unfused = sum((layer[n].cost for n in cand.nodes), Cost())
-    return Evaluated(cand, fused, unfused, orphaned or Cost())
+    unfused = sum((layer[n].cost for n in cand.nodes), Cost()).overlapped(overlap)
+    return Evaluated(cand, fused, unfused, orphaned or Cost(), overlap)
 
 
 def _orphaned_add(cand: Candidate, resid: dict[str, LayerResidual], library: dict[str, Choice]) -> Cost | None:

@@ -50,8 +50,10 @@ MEASURABLE = (
     "fused_sm_issue_warps",
     "fused_shared_load_weight",
     "fused_epilogue_weight",
+    "fused_window_epilogue_weight",
     "kernel_fixed_s",
     "fused_kernel_fixed_s",
+    "launch_overlap_s",
     "fuse_min_speedup",
 )
 
@@ -96,8 +98,10 @@ KERNEL_RATE_DEFAULTS: dict[str, float] = {
     "fused_sm_issue_warps": 3.774,
     "fused_shared_load_weight": 3.0,
     "fused_epilogue_weight": 16.0,
+    "fused_window_epilogue_weight": 0.0,
     "kernel_fixed_s": 3.624e-07,
     "fused_kernel_fixed_s": 2.919e-06,
+    "launch_overlap_s": 0.0,
 }
 
 
@@ -142,7 +146,9 @@ class Hw(NamedTuple):
     fused_sm_warps: float  # an SM issues its resident fused blocks' work at most at this many warps' rate (0: no cap)
     fused_load_w: float  # FMA-equivalents the fused kernels' issued work charges per shared-memory operand load
     fused_epi_w: float  # FMA-equivalents the fused kernels' issued work charges per element of a staged epilogue
+    fused_win_w: float  # ... per element of a pw_dw / pw_dw_pw expansion's window epilogue
     fixed: tuple[float, float]  # seconds a launch takes beyond the empty-launch floor whatever its work: LBL, fused
+    overlap: float  # seconds each launch after the first of back-to-back launches takes less than alone
 
 
 class GpuSpec(BaseModel):
@@ -270,6 +276,12 @@ class GpuSpec(BaseModel):
         description="FMA-equivalents that the fused kernels' issued work charges per element of their staged "
         "epilogue (accumulator through shared memory, index arithmetic, bias, activation, residual, global "
         "store; cost.fused.epilogue_issue), at the fused DW stencil's warp rate")
+    fused_window_epilogue_weight: float = Field(
+        default=KERNEL_RATE_DEFAULTS["fused_window_epilogue_weight"], ge=0,
+        description="FMA-equivalents that the pw_dw and pw_dw_pw kernels' issued work charges per element "
+        "their expansion GEMM stores into the staged window through its epilogue (map and channel tests, "
+        "bias, activation, shared store; cost.fused.window_epilogue_issue), at the fused DW stencil's warp "
+        "rate")
     kernel_fixed_s: float = Field(
         default=KERNEL_RATE_DEFAULTS["kernel_fixed_s"], ge=0,
         description="seconds one launch of fuseplanner's layer-by-layer kernels takes beyond the empty-launch "
@@ -277,6 +289,11 @@ class GpuSpec(BaseModel):
     fused_kernel_fixed_s: float = Field(
         default=KERNEL_RATE_DEFAULTS["fused_kernel_fixed_s"], ge=0,
         description="same for the fused kernels (their prologue fills the cp.async ring and stages weights)")
+    launch_overlap_s: float = Field(
+        default=KERNEL_RATE_DEFAULTS["launch_overlap_s"], ge=0,
+        description="seconds each launch after the first of back-to-back launches takes less than it does "
+        "alone (Cost.overlapped): its launch is queued while its predecessor runs, so part of the empty-launch "
+        "floor and fixed time it pays alone overlaps that predecessor")
     cluster_sms: int | None = Field(
         default=None, gt=0,
         description="SMs that thread-block clusters of 4 or more blocks can use: the scheduler places a "
@@ -340,7 +357,9 @@ class GpuSpec(BaseModel):
             float(e("fused_sm_issue_warps")),
             float(e("fused_shared_load_weight")),
             float(e("fused_epilogue_weight")),
+            float(e("fused_window_epilogue_weight")),
             (float(e("kernel_fixed_s")), float(e("fused_kernel_fixed_s"))),
+            float(e("launch_overlap_s")),
         )  # fmt: skip
 
     def summary(self) -> dict[str, Any]:

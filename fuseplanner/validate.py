@@ -226,7 +226,8 @@ def build_items(graph: ModelGraph, plan, ctx: Context, *, sweep: bool = False) -
 
 def steps_cost(steps: Iterable[Step], dtype: str, batch: int, gpu: Any, precision: str = "fp32",
                model: str = "ours") -> Cost | None:  # fmt: skip
-    """The cost model's prediction for consecutive launches, summed; None when a step is infeasible."""
+    """The cost model's prediction for consecutive launches, summed (each launch after the first
+    overlapped by the spec's `launch_overlap_s` in our model); None when a step is infeasible."""
     estimate = _estimator()
     total = Cost()
     for s in steps:
@@ -238,7 +239,14 @@ def steps_cost(steps: Iterable[Step], dtype: str, batch: int, gpu: Any, precisio
         if not c.feasible:
             return None
         total = total + c
-    return total
+    return total.overlapped(_overlap(gpu)) if model == "ours" else total
+
+
+def _overlap(gpu: Any) -> float:
+    """The spec's `launch_overlap_s` (`gpu`: a spec, or a bundled spec's name or a TOML path)."""
+    from .specs import gpu as named
+
+    return float((gpu if hasattr(gpu, "eff") else named(gpu)).eff("launch_overlap_s"))
 
 
 def _as_prediction(total: Cost | None) -> dict[str, Any] | None:

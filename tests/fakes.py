@@ -27,6 +27,7 @@ class FakeGpu:
     regs_per_sm: int = 65536
     l2_bytes: int = 40 * 2**20
     fuse_min_speedup: float = 1.0
+    launch_overlap_s: float = 0.0
 
     def eff(self, field: str):
         """Like GpuSpec.eff: this fake has no measured overrides."""

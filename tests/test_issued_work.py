@@ -150,3 +150,44 @@ def test_epilogue_weight_lengthens_large_output_tiles_most():
         assert times[1] > times[0]
         gain[t] = times[1] / times[0]
     assert gain[big] > gain[small]
+
+
+def test_window_epilogue_counts_each_threads_share_of_the_expansion():
+    # pw_dw_pw 16 -> 64 -> 32 on an 8 x 8 map, 3 x 3 DW, 2 x 4 outputs: the halo window is 4 x 6, staged
+    # fp16 rows hold whole pairs from an even column, so 4 x 8 = 32 window positions (tiles.block_gemms "1":
+    # 16 chunk channels x 32 positions). mma_group(16, 32, 2 warps) picks 16 x 16 warp tiles (1 x 2 mma
+    # tiles: cost 1 x (2 + 0.5 x (1 + 1)) = 3 against 3.5 for 1 x 1 and 5.5 for 1 x 4): 2 groups over 2
+    # warps, 16 x 16 / 32 = 8 elements a thread. 64 / 16 = 4 chunks, weight 5:
+    # 2 x 4 x 8 x 64 threads x 5 = 20,480 FLOP-equivalents
+    e, d, p = pw(16, 64, 8, 8), dw(64, 8, 8, 3), pw(64, 32, 8, 8)
+    t64 = Tile(2, 4, 32, 16, 64)
+    g = tiles.block_gemms("pw_dw_pw", (e, d, p), t64, 2)["1"]
+    assert (g.m, g.n) == (16, 32)
+    assert fused.stream_elements(g, 64, 2) == 8
+    assert fused.window_epilogue_issue("pw_dw_pw", (e, d, p), t64, 2, 2, 5.0) == 20_480.0
+    # 128 threads: 16 x 8 warp tiles (1.75 per group, 1 group a warp), 4 elements a thread: the same
+    # 20,480 over the block, half of it per thread (what the time model's per-block chain sees)
+    t128 = Tile(2, 4, 32, 16, 128)
+    assert fused.stream_elements(g, 128, 2) == 4
+    assert fused.window_epilogue_issue("pw_dw_pw", (e, d, p), t128, 2, 2, 5.0) == 20_480.0
+    # pw_dw applies it on its last chunk only: 32 filters x 32 positions, mma_group(32, 32, 2 warps)
+    # picks 16 x 32 (1 x 4 tiles, cost 4 + 0.5 x (1 + 2) = 5.5, first of the ties) -> 512 / 32 = 16 a
+    # thread: 2 x 1 x 16 x 64 x 5 = 10,240
+    assert fused.window_epilogue_issue("pw_dw", (e, d), t64, 2, 2, 5.0) == 10_240.0
+    # kinds without an expansion window, and a zero weight, charge nothing
+    assert fused.window_epilogue_issue("dw_pw", (d, p), t64, 2, 2, 5.0) == 0.0
+    assert fused.window_epilogue_issue("pw_dw_pw", (e, d, p), t64, 2, 2, 0.0) == 0.0
+
+
+def test_window_epilogue_weight_reaches_pw_dw_pw_estimates():
+    from fuseplanner.calibrate import apply_measured
+    from fuseplanner.cost import estimate
+
+    base = gpu("h100")
+    heavy = apply_measured(base, {"fused_window_epilogue_weight": base.fused_window_epilogue_weight + 8.0})
+    assert heavy.hw.fused_win_w == base.hw.fused_win_w + 8.0
+    e, d, p = pw(16, 64, 8, 8), dw(64, 8, 8, 3), pw(64, 32, 8, 8)
+    times = [estimate("pw_dw_pw", (e, d, p), Tile(2, 4, 32, 16, 64), "fp16", 1, s).time_s for s in (base, heavy)]
+    assert times[1] > times[0]
+    same = [estimate("dw_pw", (d, p), Tile(2, 4, 32, 16, 64), "fp16", 1, s).time_s for s in (base, heavy)]
+    assert same[0] == same[1]

@@ -175,6 +175,26 @@ def test_fuses_only_where_it_helps(monkeypatch):
     assert "not below" in gain[("dw", "pw2")]
 
 
+def test_back_to_back_launches_overlap(monkeypatch):
+    # chain pw1 -> dw -> pw2, each layer alone 10 s, and launches overlapping 2 s (spec launch_overlap_s):
+    # unfused 3 x 10 - 2 x 2 = 26 s. Fused (pw1, dw, pw2) 24 s saves 2 s against 26; (dw, pw2) 17 s + pw1
+    # 10 s back to back = 25 s, a pair saving 10 + 10 - 2 - 17 = 1 s; the triple wins.
+    fused = {("pw1", "dw"): 19.0, ("dw", "pw2"): 17.0, ("pw1", "dw", "pw2"): 24.0}
+    monkeypatch.setattr(planner, "_cost_functions", lambda: fakes.table_cost(fused, 10.0))
+    gpu = fakes.FakeGpu(launch_overlap_s=2.0)
+    p = plan(G.chain(), gpu)
+    assert [tuple(x.nodes) for x in p.groups] == [("pw1", "dw", "pw2")]
+    assert p.totals.unfused.time_s == pytest.approx(26.0)
+    assert p.totals.planned.time_s == pytest.approx(24.0)
+    assert p.groups[0].unfused.time_s == pytest.approx(26.0)  # its members back to back
+    # without the overlap the same table saves 6 s (30 against 24)
+    q = plan(G.chain(), GPU)
+    assert q.totals.unfused.time_s == pytest.approx(30.0) and q.totals.planned.time_s == pytest.approx(24.0)
+    # an overlap that eats the fused kernel's gain: (pw1, dw) 19 s against 2 x 10 - 9 = 11 s unfused
+    r = plan(G.chain(), fakes.FakeGpu(launch_overlap_s=9.0))
+    assert ("pw1", "dw") not in [tuple(x.nodes) for x in r.groups]
+
+
 def test_optimal_beats_greedy(monkeypatch):
     # PW chain p0..p3, each layer 10 s. Pairs: (p0,p1) 13 s, (p1,p2) 10 s, (p2,p3) 13 s: savings 7, 10, 7.
     # Greedy takes the best pair (p1,p2) first, which blocks both others: total 10+10+10 = 30 s.

@@ -56,18 +56,37 @@ def test_layer_that_applies_the_residual_add_is_measured_with_it(bytes_model):
     assert V.predict(layer, _ctx())["gma_bytes"] == 14400  # as in test_planner's hand count
 
 
-def test_unfused_prediction_is_the_sum_of_its_launches(bytes_model):
+def _residual_items():
+    """(group item, unfused item) of the planned 3-layer residual group."""
     g = G.residual(h=4)
-    p = planner.plan(g, GPU)
-    ctx = _ctx()
-    items, _, _ = V.build_items(g, p, ctx)
-    unfused = items[1]
-    pred = V.predict(unfused, ctx)
+    items, _, _ = V.build_items(g, planner.plan(g, GPU), _ctx())
+    return items[0], items[1]
+
+
+def test_unfused_prediction_is_the_sum_of_its_launches(bytes_model):
+    _, unfused = _residual_items()
+    pred = V.predict(unfused, _ctx())
     expect = sum((fakes.bytes_estimate(s.kind, s.ops, s.tile, "fp32", 1, GPU, residual=s.residual)
                   for s in unfused.steps), start=fakes._cost(0, 0, 0))
     assert pred["gma_bytes"] == expect.gma_bytes
     assert pred["launches"] == 3
     assert pred["time_s"] == pytest.approx(expect.time_s)
+
+
+def test_sequence_prediction_overlaps_its_launches(bytes_model):
+    # the unfused run of a 3-layer group is timed back to back: each launch after the first takes the
+    # spec's launch_overlap_s (here 1 us) less than alone -> the sum minus 2 us; bytes are unchanged
+    group, unfused = _residual_items()
+    alone = V.steps_cost(unfused.steps, "fp32", 1, GPU)
+    overlapped = V.steps_cost(unfused.steps, "fp32", 1, fakes.FakeGpu(launch_overlap_s=1e-6))
+    assert overlapped.launches == 3
+    assert overlapped.time_s == pytest.approx(alone.time_s - 2e-6)
+    assert overlapped.gma_bytes == alone.gma_bytes
+    # one launch has nothing to overlap; the paper's model is left as published
+    assert V.steps_cost(group.steps, "fp32", 1, fakes.FakeGpu(launch_overlap_s=1e-6)).time_s == pytest.approx(
+        V.steps_cost(group.steps, "fp32", 1, GPU).time_s)
+    assert V.steps_cost(unfused.steps, "fp32", 1, fakes.FakeGpu(launch_overlap_s=1e-6), model="paper").time_s == \
+        pytest.approx(V.steps_cost(unfused.steps, "fp32", 1, GPU, model="paper").time_s)
 
 
 def test_sweep_adds_spread_tiles(bytes_model):

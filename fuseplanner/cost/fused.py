@@ -326,6 +326,39 @@ def epilogue_issue(kind: str, ops: tuple, tile: Tile, ks: int, epi_w: float, loa
     return 2.0 * total
 
 
+#: Fused kinds whose first block GEMM stores the expansion's staged window through `window_epilogue`
+#: (kernels/fused_common.cuh: bias + ACT1, 0 outside the map or past the channels, a shared store per
+#: element): pw_dw_pw in every chunk, pw_dw in its last (its other chunks add their products to the
+#: sums in shared memory; charging those too measured worse, docs/validation.md, twenty-fifth session).
+WINDOW_EPILOGUE_KINDS = frozenset({"pw_dw", "pw_dw_pw"})
+
+
+def stream_elements(g: tiles.BlockGemm, threads: int, prec: int) -> int:
+    """Elements of a streamed block GEMM `g` (gemm_stream, kernels/fused_common.cuh) the busiest thread of
+    a block writes to shared memory: its unit's ceil(groups / units) micro-tiles (the split `_gemm_issue`
+    charges), each GM x GN elements per thread for exact fp32, GM x GN / 32 per lane of a warp's mma
+    tiles (padding included)."""
+    if prec == 0:
+        gm, gn, me, ne = tiles.fma_group(g.m, g.n, threads, g.resident)
+        return -(-((me // gm) * (ne // gn)) // threads) * gm * gn
+    gm, gn, me, ne = tiles.mma_group(g.mp, g.np_, threads // 32, g.resident)
+    return -(-((me // gm) * (ne // gn)) // (threads // 32)) * gm * gn // 32
+
+
+def window_epilogue_issue(kind: str, ops: tuple, tile: Tile, e: int, prec: int, win_w: float) -> float:
+    """FLOP-equivalents one block of a pw_dw / pw_dw_pw kernel issues on its expansion GEMM's window
+    epilogue, as its busiest thread runs it, times the threads (0 for other kinds): `stream_elements`
+    of the first block GEMM in each chunk that applies it (all ceil(C / tc) of pw_dw_pw, the last of
+    pw_dw), each `win_w` FMA-equivalents (the spec's `fused_window_epilogue_weight`: the element's
+    window row and column from its index, the map and channel tests, bias, activation, the shared
+    store). Per thread it grows as the block's threads shrink, the tc x window elements staying."""
+    if kind not in WINDOW_EPILOGUE_KINDS or not win_w:
+        return 0.0
+    g = tiles.block_gemms(kind, ops, tile, e)["1"]
+    calls = -(-ops[0].c_out // tile.tc) if kind == "pw_dw_pw" else 1
+    return 2.0 * calls * stream_elements(g, tile.threads, prec) * tile.threads * win_w
+
+
 def _dw_issue(nch: int, tile: Tile, dw, load_w: float) -> float:
     """FLOP-equivalents a block's busiest thread issues on the DW stencil of `nch` channels (kernels/
     common.cuh dw_rows via fused_common.cuh dw_window), times the threads: items of V output rows

@@ -10,7 +10,15 @@ from ..errors import PlanError
 from ..ir import DTYPE_BYTES, Cost, KernelResources, Op, Tile, math_mode
 from ..specs import GpuSpec, Hw
 from .dw import DwModel
-from .fused import DwPwModel, PwDwModel, PwDwPwModel, PwPwModel, epilogue_issue, issued_per_block
+from .fused import (
+    DwPwModel,
+    PwDwModel,
+    PwDwPwModel,
+    PwPwModel,
+    epilogue_issue,
+    issued_per_block,
+    window_epilogue_issue,
+)
 from .pw import PwModel
 from .shapes import geom
 from .time import blocks_per_sm, kernel_time, mma_rate, warp_rates
@@ -205,20 +213,25 @@ def scheduled(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, w: Work, k
 
 
 @lru_cache(maxsize=65536)
-def _issued(kind: str, ops: tuple[Op, ...], tile: Tile, e: int, prec: int, load_w: float) -> tuple[float, float]:
-    return issued_per_block(kind, ops, tile, e, prec, load_w)
+def _issued(kind: str, ops: tuple[Op, ...], tile: Tile, e: int, prec: int, load_w: float,
+            win_w: float) -> tuple[float, float]:
+    dw, pw = issued_per_block(kind, ops, tile, e, prec, load_w)
+    return dw + window_epilogue_issue(kind, ops, tile, e, prec, win_w), pw
 
 
 def issued(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, precision: str, w: Work, ks: int, hw: Hw) -> Work:
     """`w` with the FLOPs a fused kernel's blocks issue on their critical path (`fused.issued_per_block`:
     the kernels' GEMM work split per thread or warp, tensor-core padding and idle units included, and
     the padded DW stencil chunk; `fused.epilogue_issue`: the element-wise epilogue at the spec's
-    `fused_epilogue_weight`), which the time model charges at the fused warp rates (the epilogue, on
-    the CUDA cores, at the DW stencil's); `ks` blocks of a cluster split share one block's chunks.
+    `fused_epilogue_weight`; `fused.window_epilogue_issue`: the expansion's window epilogue at the
+    spec's `fused_window_epilogue_weight`), which the time model charges at the fused warp rates (the
+    epilogues, on the CUDA cores, at the DW stencil's); `ks` blocks of a cluster split share one
+    block's chunks.
     Other kinds are returned unchanged."""
     if kind not in tiles.FUSED_KINDS:
         return w
-    dw, pw = _issued(kind, ops, tile, DTYPE_BYTES[dtype], math_mode(dtype, precision), hw.fused_load_w)
+    dw, pw = _issued(kind, ops, tile, DTYPE_BYTES[dtype], math_mode(dtype, precision), hw.fused_load_w,
+                     hw.fused_win_w)
     n = w.blocks / ks
     epi = epilogue_issue(kind, ops, tile, ks, hw.fused_epi_w, hw.fused_load_w)
     return w._replace(cuda_issue=(dw + epi) * n, mma_issue=pw * n)
