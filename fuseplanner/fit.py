@@ -59,6 +59,7 @@ EPILOGUE_FIELD = "fused_epilogue_weight"
 WINDOW_EPILOGUE_FIELD = "fused_window_epilogue_weight"
 FIXED_FIELDS = ("kernel_fixed_s", "fused_kernel_fixed_s")
 OVERLAP_FIELD = "launch_overlap_s"
+SECONDS_FIELDS = (*FIXED_FIELDS, OVERLAP_FIELD)  # fitted from FIXED_START, kept to 4 significant digits
 FIXED_START = 1e-6  # s: where the fit starts a fixed launch time the spec has at 0
 SM_CAP_START = 8.0  # warps: where the fit starts when the spec has no cap (0)
 THRESHOLD_FIELD = "fuse_min_speedup"
@@ -346,8 +347,8 @@ def _fit_threshold(ratios: Sequence[tuple[float, bool]]) -> float | None:
 
 #: Every field `fit_spec` can fit (`only` must name a subset).
 FITTABLE = (*RATE_FIELDS.values(), *L2_FRACTION_FIELDS.values(), *EXPONENT_FIELDS, LOAD_FIELD, CORESIDENT_FIELD,
-            SM_CAP_FIELD, LOAD_WEIGHT_FIELD, EPILOGUE_FIELD, WINDOW_EPILOGUE_FIELD, *FIXED_FIELDS,
-            OVERLAP_FIELD, THRESHOLD_FIELD)
+            SM_CAP_FIELD, LOAD_WEIGHT_FIELD, EPILOGUE_FIELD, WINDOW_EPILOGUE_FIELD, *SECONDS_FIELDS,
+            THRESHOLD_FIELD)
 
 
 def fit_spec(spec: Any, samples: Sequence[Sample], max_iter: int = 400, only: Sequence[str] | None = None) -> Fit:
@@ -365,7 +366,7 @@ def fit_spec(spec: Any, samples: Sequence[Sample], max_iter: int = 400, only: Se
     values: dict[str, float] = {k: v for k, v in _fit_fractions(spec, samples).items() if keep(k)}
     names = [n for n in _rate_fields(samples) if keep(n)]
     for name in (CORESIDENT_FIELD, SM_CAP_FIELD, LOAD_WEIGHT_FIELD, EPILOGUE_FIELD, WINDOW_EPILOGUE_FIELD,
-                 *FIXED_FIELDS, OVERLAP_FIELD):  # fitted only on request: they move every prediction
+                 *SECONDS_FIELDS):  # fitted only on request: they move every prediction
         if only is not None and name in only:
             names.append(name)
     if not names and not values and not keep(THRESHOLD_FIELD):
@@ -376,12 +377,12 @@ def fit_spec(spec: Any, samples: Sequence[Sample], max_iter: int = 400, only: Se
     for exponent in (None, *EXPONENT_STARTS) if names else ():  # the loss is flat along the exponents
         x0 = np.log([exponent if (exponent and n in EXPONENT_FIELDS)
                      else (float(start.eff(n)) or SM_CAP_START) if n == SM_CAP_FIELD
-                     else (float(start.eff(n)) or FIXED_START) if n in (*FIXED_FIELDS, OVERLAP_FIELD)
+                     else (float(start.eff(n)) or FIXED_START) if n in SECONDS_FIELDS
                      else max(float(start.eff(n)), 0.05) for n in names])  # fmt: skip
         res = minimize(loss, x0, method="Nelder-Mead", options={"maxiter": max_iter, "xatol": 1e-3, "fatol": 1e-5})
         if best is None or res.fun < best.fun:
             best = res
-    fitted = {n: float(f"{math.exp(v):.4g}") if n in (*FIXED_FIELDS, OVERLAP_FIELD) else round(float(math.exp(v)), 3)
+    fitted = {n: float(f"{math.exp(v):.4g}") if n in SECONDS_FIELDS else round(float(math.exp(v)), 3)
               for n, v in zip(names, best.x, strict=True)} if names else {}  # fmt: skip
     for name in (*EXPONENT_FIELDS, CORESIDENT_FIELD):
         if name in fitted:

@@ -148,7 +148,6 @@ class Hw(NamedTuple):
     fused_epi_w: float  # FMA-equivalents the fused kernels' issued work charges per element of a staged epilogue
     fused_win_w: float  # ... per element of a pw_dw / pw_dw_pw expansion's window epilogue
     fixed: tuple[float, float]  # seconds a launch takes beyond the empty-launch floor whatever its work: LBL, fused
-    overlap: float  # seconds each launch after the first of back-to-back launches takes less than alone
 
 
 class GpuSpec(BaseModel):
@@ -359,7 +358,6 @@ class GpuSpec(BaseModel):
             float(e("fused_epilogue_weight")),
             float(e("fused_window_epilogue_weight")),
             (float(e("kernel_fixed_s")), float(e("fused_kernel_fixed_s"))),
-            float(e("launch_overlap_s")),
         )  # fmt: skip
 
     def summary(self) -> dict[str, Any]:

@@ -272,14 +272,22 @@ def _gemm_issue(g: tiles.BlockGemm, threads: int, prec: int, load_w: float) -> f
     shared operand load (a float4 of one operand, or an ldmatrix of a 16 x 16 A / 16 x 8 B tile). Zero
     padding (tensor-core tiles of 16 x 8, k rounded to 16) and idle units count; with a perfect split
     and no padding this is 2 m n k."""
+    gm, gn, mt = _unit_split(g, threads, prec)
+    if prec == 0:
+        return 2.0 * g.k * threads * mt * (gm * gn + load_w * (-(-gm // 4) + -(-gn // 4)))
+    mi, ni = gm // 16, gn // 8  # 16 x 8 mma tiles per group; a 16 x 8 tile over k is 2 x 16 x 8 x k FLOPs
+    return 2.0 * 16 * 8 * g.kp * (threads // 32) * mt * (mi * ni + load_w * (mi + 0.5 * ni))
+
+
+def _unit_split(g: tiles.BlockGemm, threads: int, prec: int) -> tuple[int, int, int]:
+    """(GM, GN, groups of the busiest unit) of block GEMM `g` as the launcher splits it: threads x GM x GN
+    register micro-tiles for exact fp32 (`tiles.fma_group`), warps x GM x GN tiles of 16 x 8 mma tiles
+    for tensor cores (`tiles.mma_group`), ceil(groups / units) groups a unit."""
     if prec == 0:
         gm, gn, me, ne = tiles.fma_group(g.m, g.n, threads, g.resident)
-        mt = -(-((me // gm) * (ne // gn)) // threads)
-        return 2.0 * g.k * threads * mt * (gm * gn + load_w * (-(-gm // 4) + -(-gn // 4)))
+        return gm, gn, -(-((me // gm) * (ne // gn)) // threads)
     gm, gn, me, ne = tiles.mma_group(g.mp, g.np_, threads // 32, g.resident)
-    mi, ni = gm // 16, gn // 8  # 16 x 8 mma tiles per group; a 16 x 8 tile over k is 2 x 16 x 8 x k FLOPs
-    mt = -(-((me // gm) * (ne // gn)) // (threads // 32))
-    return 2.0 * 16 * 8 * g.kp * (threads // 32) * mt * (mi * ni + load_w * (mi + 0.5 * ni))
+    return gm, gn, -(-((me // gm) * (ne // gn)) // (threads // 32))
 
 
 def issued_per_block(kind: str, ops: tuple, tile: Tile, e: int, prec: int, load_w: float) -> tuple[float, float]:
@@ -335,14 +343,11 @@ WINDOW_EPILOGUE_KINDS = frozenset({"pw_dw", "pw_dw_pw"})
 
 def stream_elements(g: tiles.BlockGemm, threads: int, prec: int) -> int:
     """Elements of a streamed block GEMM `g` (gemm_stream, kernels/fused_common.cuh) the busiest thread of
-    a block writes to shared memory: its unit's ceil(groups / units) micro-tiles (the split `_gemm_issue`
-    charges), each GM x GN elements per thread for exact fp32, GM x GN / 32 per lane of a warp's mma
+    a block writes to shared memory: its unit's ceil(groups / units) micro-tiles (`_unit_split`, as
+    `_gemm_issue` charges them), each GM x GN elements per thread for exact fp32, GM x GN / 32 per lane of a warp's mma
     tiles (padding included)."""
-    if prec == 0:
-        gm, gn, me, ne = tiles.fma_group(g.m, g.n, threads, g.resident)
-        return -(-((me // gm) * (ne // gn)) // threads) * gm * gn
-    gm, gn, me, ne = tiles.mma_group(g.mp, g.np_, threads // 32, g.resident)
-    return -(-((me // gm) * (ne // gn)) // (threads // 32)) * gm * gn // 32
+    gm, gn, mt = _unit_split(g, threads, prec)
+    return mt * gm * gn if prec == 0 else mt * gm * gn // 32
 
 
 def window_epilogue_issue(kind: str, ops: tuple, tile: Tile, e: int, prec: int, win_w: float) -> float:
