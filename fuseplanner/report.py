@@ -11,7 +11,8 @@ Results document (``schema: fuseplanner.validation/1``)::
              l2_Bps, flops}, models (prediction keys present, e.g. ["ours", "paper"]), command
     groups:  {group id: {kind, nodes, planner_fused, planned_tile}}
     records: one per measured kernel sequence:
-             id, role ("layer" | "group" | "tile" | "unfused"), group, kind, nodes, tiles, planned,
+             id, role ("layer" | "group" | "tile" | "unfused" | "member" | "layer_tile"), group, kind, nodes,
+             tiles, planned,
              launches, flops,
              predicted {model: {gma_bytes, dram_bytes, time_s, ...}},
              measured {time_cold_s, time_warm_s, gma_bytes, dram_bytes, dram_warm_bytes, ncu_time_s,
@@ -21,7 +22,9 @@ Results document (``schema: fuseplanner.validation/1``)::
 Definitions: APE = |predicted - measured| / measured x 100; time is compared with the cold-L2 median
 (the cost model predicts a cold L2). A fuse decision agrees when the planner fused a group and the best
 measured fused time beats the measured unfused pair (or it did not fuse and the pair was faster). A
-tile choice agrees when the planned tile's measured time is within `TILE_SLACK` of the best swept tile.
+tile choice agrees when the planned tile's measured time is within `TILE_SLACK` of the best swept tile;
+with layer sweeps (``tiles: layers``) a layer's tile group is its ``layer`` or ``member`` record (the
+tile the planner gives it alone) and its ``layer_tile`` alternatives, judged the same way.
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ TILE_SLACK = 1.05
 #: run-to-run noise of a few percent can flip which one "wins" (reported beside the strict count).
 TIE_SLACK = 1.05
 MODEL_LABELS = {"ours": "ours", "ours_uncalibrated": "ours (uncalibrated spec)", "paper": "paper model"}
+#: Roles of a layer swept alone: the tile the planner gives it (standalone layer, or group member alone)
+#: and the alternatives.
+LAYER_ROLES = ("layer", "member", "layer_tile")
 PLOTS = ("traffic.png", "time.png", "roofline.png", "layers.png")
 
 
@@ -109,8 +115,17 @@ def _fused_records(records: Sequence[Mapping], group: str) -> list[Mapping]:
     return [r for r in records if r.get("group") == group and r["role"] in ("group", "tile") and _ok(r)]
 
 
+def _layer_records(records: Sequence[Mapping], group: str) -> list[Mapping]:
+    return [r for r in records if r.get("group") == group and r["role"] in LAYER_ROLES and _ok(r)]
+
+
+def _tile_records(records: Sequence[Mapping], group: str) -> list[Mapping]:
+    """The measured tiles of a fused group, or of a layer swept alone."""
+    return _fused_records(records, group) or _layer_records(records, group)
+
+
 def rank_correlation(records: Sequence[Mapping]) -> dict[str, Any]:
-    """Spearman rho of predicted vs measured time across each group's swept tiles (>= 3 tiles).
+    """Spearman rho of predicted vs measured time across each group's (or swept layer's) tiles (>= 3).
 
     Ours ranks by predicted time; the paper model predicts no time, so it ranks by its GMA (how it
     chooses tiles).
@@ -118,7 +133,7 @@ def rank_correlation(records: Sequence[Mapping]) -> dict[str, Any]:
     groups = sorted({r["group"] for r in records if r.get("group")})
     per: dict[str, dict[str, float | int | None]] = {}
     for g in groups:
-        recs = [r for r in _fused_records(records, g) if r["measured"].get("time_cold_s")]
+        recs = [r for r in _tile_records(records, g) if r["measured"].get("time_cold_s")]
         if len(recs) < 3:
             continue
         meas = [r["measured"]["time_cold_s"] for r in recs]
@@ -175,10 +190,29 @@ def decisions(results: Mapping) -> dict[str, Any]:
                              <= TIE_SLACK * min(e["best_fused_s"], e["unfused_s"]))}  # fmt: skip
     chosen = sum(e["chosen_s"] for e in per.values())
     best = sum(e["best_s"] for e in per.values())
+    layer_tiles = layer_tile_choices(records)
     regret = {"n": len(per), "over_5pct": sum(1 for e in per.values() if e["chosen_s"] > 1.05 * e["best_s"]),
               "time_lost_percent": 100.0 * (chosen - best) / best if best else None}
     return {"groups": per, "fuse": rate("fuse_agrees"), "tile": rate("tile_agrees"),
-            "tile_exact": rate("tile_is_best"), "regret": regret, "ties": ties}
+            "tile_exact": rate("tile_is_best"), "regret": regret, "ties": ties, "layer_tile": layer_tiles}
+
+
+def layer_tile_choices(records: Sequence[Mapping]) -> dict[str, Any]:
+    """For each layer swept alone (a ``layer`` or ``member`` record and its ``layer_tile`` alternatives): is the tile
+    the planner gives it within `TILE_SLACK` of the best measured, and what it costs over that best."""
+    per: dict[str, dict[str, float | bool]] = {}
+    for g in sorted({r["group"] for r in records if r["role"] == "layer_tile" and r.get("group")}):
+        recs = _layer_records(records, g)
+        chosen = [r for r in recs if r["role"] != "layer_tile"]
+        if not chosen or len(recs) < 2:
+            continue
+        t_chosen = chosen[0]["measured"]["time_cold_s"]
+        t_best = min(r["measured"]["time_cold_s"] for r in recs)
+        per[g] = {"chosen_s": t_chosen, "best_s": t_best, "agrees": t_chosen <= TILE_SLACK * t_best}
+    n = len(per)
+    chosen_total, best_total = sum(e["chosen_s"] for e in per.values()), sum(e["best_s"] for e in per.values())
+    return {"layers": per, "n": n, "percent": 100.0 * sum(e["agrees"] for e in per.values()) / n if n else None,
+            "time_lost_percent": 100.0 * (chosen_total - best_total) / best_total if best_total else None}
 
 
 def occupancy(records: Sequence[Mapping]) -> dict[str, Any]:
@@ -372,7 +406,8 @@ def plot_roofline(results: Mapping, path: Path) -> Path:
         if bw:
             ys = xs * bw if not flops else np.minimum(xs * bw, flops)
             ax.plot(xs, ys, style, lw=1, label=f"{label} {bw / 1e12:.2f} TB/s roof")
-    colors = {"layer": "tab:gray", "group": "tab:blue", "tile": "tab:cyan", "unfused": "tab:orange"}
+    colors = {"layer": "tab:gray", "group": "tab:blue", "tile": "tab:cyan", "unfused": "tab:orange",
+              "member": "tab:brown", "layer_tile": "tab:olive"}
     for role, p in pts.items():
         ax.scatter([x for x, _ in p], [y for _, y in p], s=20, color=colors.get(role, "tab:purple"),
                    label=f"{role} (n={len(p)})")
@@ -531,6 +566,11 @@ def _decision_lines(summary: Mapping) -> list[str]:
         lines.append(f"- What the plan's choices cost (fuse or not, and the planned tile, against the best measured "
                      f"option of each group): {_pct(rg['time_lost_percent'])} more time over the {rg['n']} groups; "
                      f"{rg['over_5pct']} groups lose more than 5%.")
+    lt = d.get("layer_tile") or {}
+    if lt.get("n"):
+        lines.append(f"- Layers swept alone: the tile the planner gives a layer is within {TILE_SLACK - 1:.0%} of its "
+                     f"measured best in {_pct(lt['percent'])} of {lt['n']} layers; those tiles take "
+                     f"{_pct(lt['time_lost_percent'])} more time than the best measured ones.")
     rk = summary["rank"]
     lines.append(f"- Spearman rank correlation of predicted vs measured time across each group's tiles: "
                  f"median {_num(rk['median_ours'])} (ours, predicted time), {_num(rk['median_paper'])} "

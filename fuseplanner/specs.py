@@ -51,6 +51,8 @@ MEASURABLE = (
     "fused_shared_load_weight",
     "fused_epilogue_weight",
     "fused_window_epilogue_weight",
+    "pw_shared_load_weight",
+    "sm_issue_warps",
     "kernel_fixed_s",
     "fused_kernel_fixed_s",
     "launch_overlap_s",
@@ -99,6 +101,8 @@ KERNEL_RATE_DEFAULTS: dict[str, float] = {
     "fused_shared_load_weight": 3.0,
     "fused_epilogue_weight": 16.0,
     "fused_window_epilogue_weight": 0.0,
+    "pw_shared_load_weight": 0.0,
+    "sm_issue_warps": 0.0,
     "kernel_fixed_s": 3.624e-07,
     "fused_kernel_fixed_s": 2.919e-06,
     "launch_overlap_s": 0.0,
@@ -147,6 +151,8 @@ class Hw(NamedTuple):
     fused_load_w: float  # FMA-equivalents the fused kernels' issued work charges per shared-memory operand load
     fused_epi_w: float  # FMA-equivalents the fused kernels' issued work charges per element of a staged epilogue
     fused_win_w: float  # ... per element of a pw_dw / pw_dw_pw expansion's window epilogue
+    pw_load_w: float  # FMA/mma-equivalents the layer-by-layer pw/linear issued work charges per operand load (0: off)
+    sm_warps: float  # an SM issues its resident layer-by-layer pw/linear blocks' work at most at this many warps' rate
     fixed: tuple[float, float]  # seconds a launch takes beyond the empty-launch floor whatever its work: LBL, fused
 
 
@@ -281,6 +287,16 @@ class GpuSpec(BaseModel):
         "their expansion GEMM stores into the staged window through its epilogue (map and channel tests, "
         "bias, activation, shared store; cost.fused.window_epilogue_issue), at the fused DW stencil's warp "
         "rate")
+    pw_shared_load_weight: float = Field(
+        default=KERNEL_RATE_DEFAULTS["pw_shared_load_weight"], ge=0,
+        description="FMA-equivalents (exact fp32) or mma-equivalents (tensor cores) that the layer-by-layer "
+        "pw/linear kernel's issued work charges per shared-memory operand load of its register or mma block "
+        "(a float4 or single word, an ldmatrix): with it the kernel's own compute is its busiest thread's or "
+        "warp's issued work (idle slots past the tile count), not its useful FLOPs (0: useful FLOPs, term off)")
+    sm_issue_warps: float = Field(
+        default=KERNEL_RATE_DEFAULTS["sm_issue_warps"], ge=0,
+        description="an SM runs the work of its resident layer-by-layer pw/linear blocks at most at this many "
+        "warps' rate (the pw warp rates x this), as fused_sm_issue_warps does for the fused kernels (0: no cap)")
     kernel_fixed_s: float = Field(
         default=KERNEL_RATE_DEFAULTS["kernel_fixed_s"], ge=0,
         description="seconds one launch of fuseplanner's layer-by-layer kernels takes beyond the empty-launch "
@@ -357,6 +373,8 @@ class GpuSpec(BaseModel):
             float(e("fused_shared_load_weight")),
             float(e("fused_epilogue_weight")),
             float(e("fused_window_epilogue_weight")),
+            float(e("pw_shared_load_weight")),
+            float(e("sm_issue_warps")),
             (float(e("kernel_fixed_s")), float(e("fused_kernel_fixed_s"))),
         )  # fmt: skip
 

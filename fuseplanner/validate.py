@@ -9,7 +9,12 @@ For a plan, `validate` builds the items to measure:
   alone), the alternative the planner rejected;
 - with ``tiles="sweep"`` also ``tile``: several other feasible tiles of each group, spread over the
   range of predicted times, and the candidate groups the planner chose not to fuse (fused with their
-  best tile, and unfused), so fuse/no-fuse decisions can be checked both ways.
+  best tile, and unfused), so fuse/no-fuse decisions can be checked both ways;
+- with ``tiles="layers"`` instead: the planned items, plus every distinct tiled layer of the model run
+  alone with several other feasible tiles (``layer_tile``), so the layer-by-layer model's tile ranking
+  and the tile the planner gives a layer are checked too: a standalone layer ``L<j>`` with its planned
+  tile, and each member of a fused group alone, ``M<k>`` (role ``member``), with the tile the planner
+  would give it alone (the one its group's unfused alternative runs).
 
 Each item runs on fresh random data (outputs poisoned with NaN first) and is checked against the
 float64 NumPy reference; then it is timed with CUDA events (warm-up, median of `repeat` runs) with the
@@ -26,7 +31,7 @@ import pickle
 import platform
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +47,10 @@ from .ir import Cost, KernelResources, ModelGraph, Op, Tile
 TOLERANCE = {("fp32", "fp32"): 1e-5, ("fp32", "tf32"): 2e-3, ("fp16", "fp32"): 1e-2}
 WARMUP = 10
 REPEAT = 100
-#: Alternative tiles measured per group with tiles="sweep" (besides the planned one).
+#: Alternative tiles measured per group with tiles="sweep", per layer with tiles="layers" (besides the
+#: planned one).
 SWEEP_TILES = 6
+TILE_MODES = ("planned", "sweep", "layers")
 TILED_KINDS = ("dw", "pw", "linear")
 #: Regex of kernel names ncu profiles: our kernels (kernels/*.cu: dw_kernel, pw_kernel, fused_*) and the
 #: region markers; CuPy's helper kernels (fills, casts) are not profiled.
@@ -69,7 +76,7 @@ class Item:
     """A measured kernel sequence: a layer, a fused group (one tile), or a group run unfused."""
 
     id: str
-    role: str  # "layer" | "group" | "tile" | "unfused"
+    role: str  # "layer" | "group" | "tile" | "unfused" | "member" | "layer_tile"
     kind: str  # kernel kind of a layer, group kind otherwise
     ops: tuple[Op, ...]  # every member op (the reference runs over these)
     steps: tuple[Step, ...]
@@ -171,8 +178,42 @@ def _group_items(gid: str, kind: str, ops: tuple[Op, ...], tile: Tile | None, re
     return items, None
 
 
-def build_items(graph: ModelGraph, plan, ctx: Context, *, sweep: bool = False) -> tuple[list[Item], dict, list[dict]]:
-    """Items to measure for `plan`, the group table for decisions, and what was skipped (with reasons)."""
+def _layer_tiles(item: Item, ctx: Context) -> list[Item]:
+    """`item` (one layer with its tile) as the head of its own tile group, then the layer with up to
+    SWEEP_TILES other feasible tiles (`sweep_tiles`), role "layer_tile"."""
+    (step,) = item.steps
+    gid = item.id
+    head = replace(item, group=gid)
+    alts = [Item(id=f"{gid}.t{j + 1}", role="layer_tile", kind=item.kind, ops=item.ops,
+                 steps=(Step(step.kind, step.ops, t, step.residual),), group=gid, residual=item.residual)
+            for j, t in enumerate(sweep_tiles(step.kind, step.ops, step.tile, step.residual, ctx))]  # fmt: skip
+    return [head, *alts]
+
+
+def _member_sweeps(items: Sequence[Item], ctx: Context) -> list[Item]:
+    """Each distinct layer (and residual flag) of the unfused alternatives in `items`, alone with the
+    tile its unfused alternative runs (`M<k>`, role "member"), and with other tiles (`_layer_tiles`)."""
+    seen: dict[tuple[str, bool], None] = {}
+    out: list[Item] = []
+    for it in items:
+        if it.role != "unfused":
+            continue
+        for s in it.steps:
+            key = (s.ops[0].name, s.residual)
+            if key in seen or s.kind not in TILED_KINDS:
+                continue
+            seen[key] = None
+            head = Item(id=f"M{len(seen) - 1}", role="member", kind=s.kind, ops=s.ops, steps=(s,),
+                        residual=s.residual)  # fmt: skip
+            out += _layer_tiles(head, ctx)
+    return out
+
+
+def build_items(graph: ModelGraph, plan, ctx: Context, *, sweep: bool = False,
+                layers: bool = False) -> tuple[list[Item], dict, list[dict]]:  # fmt: skip
+    """Items to measure for `plan`, the group table for decisions, and what was skipped (with reasons).
+    `sweep`: also other tiles of each group and the candidates the planner rejected; `layers`: also
+    other tiles of every tiled layer (standalone, and each group member alone)."""
     from .graph import find_candidates
 
     # a group with and without its residual Add has the same members: key by both
@@ -213,9 +254,11 @@ def build_items(graph: ModelGraph, plan, ctx: Context, *, sweep: bool = False) -
             continue
         ops = _ops(graph, [lay.node], ctx.batch)
         from_input = bool(lay.residual_input) and lay.residual_input in ops[0].inputs
-        items.append(Item(id=f"L{j}", role="layer", kind=lay.kind, ops=ops,
-                          steps=(Step(lay.kind, ops, lay.tile, lay.residual),), planned=True,
-                          residual=lay.residual, residual_from_input=from_input))  # fmt: skip
+        item = Item(id=f"L{j}", role="layer", kind=lay.kind, ops=ops, steps=(Step(lay.kind, ops, lay.tile, lay.residual),),
+                    planned=True, residual=lay.residual, residual_from_input=from_input)  # fmt: skip
+        items += _layer_tiles(item, ctx) if layers else [item]
+    if layers:
+        items += _member_sweeps(items, ctx)
     position = {n: i for i, n in enumerate(graph.order)}
     items.sort(key=lambda it: position.get(it.ops[0].name, 0))  # model order; stable within a group
     return items, groups, skipped
@@ -583,8 +626,9 @@ def validate(graph: ModelGraph, gpu: Any, plan, *, tiles: str = "planned", dtype
              datasheet_gpu: Any = None, command: str = "", ncu_timeout_s: float = 600.0) -> dict[str, Any]:
     """Measure every planned layer and group of `plan` on the current GPU beside its predictions.
 
-    tiles: "planned" (the plan's tiles and each group's unfused alternative) or "sweep" (also
-    alternative tiles per group and the candidates the planner did not fuse); ncu: True (counters
+    tiles: "planned" (the plan's tiles and each group's unfused alternative), "sweep" (also
+    alternative tiles per group and the candidates the planner did not fuse) or "layers" (also
+    alternative tiles of every tiled layer alone, standalone or a group member); ncu: True (counters
     required), False (counter-free) or "auto" (counters when Nsight Compute can read them);
     datasheet_gpu: the same GPU without measured overrides, to report accuracy before calibration;
     ncu_timeout_s: limit of each ncu pass (cold, warm); past it the run falls back to counter-free.
@@ -593,15 +637,15 @@ def validate(graph: ModelGraph, gpu: Any, plan, *, tiles: str = "planned", dtype
     """
     from .kernels import require_device
 
-    if tiles not in ("planned", "sweep"):
-        raise FusePlannerError(f"tiles must be 'planned' or 'sweep', got {tiles!r}")
+    if tiles not in TILE_MODES:
+        raise FusePlannerError(f"tiles must be one of {', '.join(TILE_MODES)}, got {tiles!r}")
     if repeat < 1 or warmup < 0:
         raise FusePlannerError("repeat must be >= 1 and warmup >= 0")
     mode = _ncu_mode(ncu)
     cp = require_device()
     ctx = Context(gpu=gpu, dtype=dtype or plan.dtype, batch=batch or plan.batch, precision=plan.precision,
                   objective=plan.objective, warmup=warmup, repeat=repeat, seed=seed, datasheet_gpu=datasheet_gpu)
-    items, groups, skipped = build_items(graph, plan, ctx, sweep=tiles == "sweep")
+    items, groups, skipped = build_items(graph, plan, ctx, sweep=tiles == "sweep", layers=tiles == "layers")
     records = []
     with _progress(progress) as bar:
         task = bar.add_task("measuring", total=len(items))

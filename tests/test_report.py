@@ -117,6 +117,40 @@ def test_tile_slack():
     assert report.decisions(res)["groups"]["g"]["tile_agrees"] is False  # 10.6 > 10.5
 
 
+def _layer_sweep_records():
+    """A standalone layer L0 (planned tile 12 us) and a group member M0 alone (its tile 8 us), each with
+    alternatives; predicted times in us give ranks to compare."""
+    def rec(rid, role, group, pred, meas, planned=False):
+        return {"id": rid, "role": role, "group": group, "kind": "pw", "planned": planned,
+                "predicted": {"ours": {"time_s": pred * 1e-6}, "paper": {"gma_bytes": pred}},
+                "measured": {"time_cold_s": meas * 1e-6}}
+    return [
+        rec("L0", "layer", "L0", 11, 12, planned=True), rec("L0.t1", "layer_tile", "L0", 10, 10),
+        rec("L0.t2", "layer_tile", "L0", 14, 16),
+        rec("M0", "member", "M0", 7, 8), rec("M0.t1", "layer_tile", "M0", 9, 8.2),
+    ]
+
+
+def test_layer_sweeps_give_tile_choices_and_ranks():
+    recs = _layer_sweep_records()
+    lt = report.layer_tile_choices(recs)
+    # L0: its planned tile 12 us vs the best 10 us (1.2x > 1.05) -> disagrees; M0: 8 us is the best
+    assert lt["layers"]["L0"]["agrees"] is False and lt["layers"]["M0"]["agrees"] is True
+    assert lt["n"] == 2 and lt["percent"] == 50.0
+    # chosen 12 + 8 = 20 us against best 10 + 8 = 18 us: 11.1% more
+    assert lt["time_lost_percent"] == pytest.approx(100 * 2 / 18)
+    rk = report.rank_correlation(recs)
+    # L0: predicted 11, 10, 14 -> ranks 2 1 3; measured 12, 10, 16 -> 2 1 3: rho = 1; M0 has 2 tiles only
+    assert rk["groups"]["L0"]["ours"] == pytest.approx(1.0) and "M0" not in rk["groups"]
+    # layer groups are no fuse decisions, and the planned-layer table keeps to planned standalone layers
+    d = report.decisions({"groups": {}, "records": recs})
+    assert d["fuse"]["n"] == 0 and d["layer_tile"]["n"] == 2
+    assert [r["label"] for r in report.layer_rows({"groups": {}, "records": [
+        {**r, "nodes": [r["id"]]} for r in recs]})] == ["L0"]
+    lines = "\n".join(report._decision_lines({"decisions": d, "rank": rk}))
+    assert "within 5% of its measured best in 50.0% of 2 layers" in lines
+
+
 def test_targets(summary):
     t = {x["what"]: x for x in summary["targets"]}
     assert t["GMA median APE"]["met"] is False and t["GMA median APE"]["miss_by"] == pytest.approx(20.0)

@@ -89,6 +89,16 @@ def test_sequence_prediction_overlaps_its_launches(bytes_model):
         pytest.approx(V.steps_cost(unfused.steps, "fp32", 1, GPU, model="paper").time_s)
 
 
+def _assert_alternatives(head, alts):
+    """`alts` are 1..SWEEP_TILES distinct feasible tiles of `head`'s ops, none of them `head`'s tile."""
+    assert 1 <= len(alts) <= V.SWEEP_TILES
+    seen = {a.steps[0].tile for a in alts}
+    assert head.steps[0].tile not in seen and len(seen) == len(alts)
+    assert all(a.nodes == head.nodes for a in alts)
+    for a in alts:
+        assert tiles.check(a.steps[0].kind, a.ops, a.steps[0].tile, "fp32", GPU) is None
+
+
 def test_sweep_adds_spread_tiles(bytes_model):
     g = G.chain(h=8)
     p = planner.plan(g, GPU)
@@ -96,16 +106,47 @@ def test_sweep_adds_spread_tiles(bytes_model):
     items, _, _ = V.build_items(g, p, ctx, sweep=True)
     grp = next(i for i in items if i.role == "group")
     alts = [i for i in items if i.role == "tile"]
-    assert 1 <= len(alts) <= V.SWEEP_TILES
+    _assert_alternatives(grp, alts)
     planned = grp.steps[0].tile
-    seen = {a.steps[0].tile for a in alts}
-    assert planned not in seen and len(seen) == len(alts)
-    for a in alts:
-        assert tiles.check(a.kind, a.ops, a.steps[0].tile, "fp32", GPU) is None
     # the spread reaches the worst predicted tile of all candidates
     cands = [t for t in tiles.candidates(grp.kind, grp.ops, "fp32", GPU) if t != planned]
     worst = max(V._predicted_time(grp.kind, grp.ops, t, False, ctx) for t in cands)
     assert max(V._predicted_time(a.kind, a.ops, a.steps[0].tile, False, ctx) for a in alts) == worst
+
+
+def test_layer_sweep_measures_every_tiled_layer_alone(bytes_model):
+    # pw_dw_pw residual block, planned fused: no standalone layer, so each member gets a tile group of
+    # its own, headed by the tile the group's unfused alternative runs it with
+    g = G.residual(h=4)
+    p = planner.plan(g, GPU)
+    ctx = _ctx()
+    items, groups, _ = V.build_items(g, p, ctx, layers=True)
+    unfused = next(i for i in items if i.role == "unfused")
+    heads = [i for i in items if i.role == "member"]
+    assert [h.id for h in heads] == ["M0", "M1", "M2"]
+    assert [h.steps for h in heads] == [(s,) for s in unfused.steps]  # same tiles, the last with the Add
+    assert [h.residual for h in heads] == [False, False, True]
+    assert set(groups) == {"g0"}  # layer groups are not fuse decisions
+    for h in heads:
+        alts = [i for i in items if i.role == "layer_tile" and i.group == h.id]
+        assert h.group == h.id
+        _assert_alternatives(h, alts)
+        assert all(a.steps[0].residual == h.residual for a in alts)
+        assert all(a.id.startswith(f"{h.id}.t") for a in alts)
+    # without the option nothing of this is measured
+    assert not [i for i in V.build_items(g, p, ctx)[0] if i.role in ("member", "layer_tile")]
+
+
+def test_layer_sweep_of_a_standalone_layer_keeps_its_id_and_plan(bytes_model):
+    # only PW->DW may fuse: pw2 runs alone (L0, planned) and is swept under its own id
+    g = G.residual(h=4, c=16, exp=96)
+    p = planner.plan(g, GPU, objective="gma", kinds=["pw_dw"])
+    items, _, _ = V.build_items(g, p, _ctx(), layers=True)
+    (layer,) = [i for i in items if i.role == "layer"]
+    assert layer.id == "L0" and layer.group == "L0" and layer.planned
+    assert [i.group for i in items if i.role == "layer_tile"].count("L0") >= 1
+    # pw2 is not also swept as a member: the members are those of the pw_dw group's unfused run
+    assert {tuple(i.nodes) for i in items if i.role == "member"} == {("pw1",), ("dw",)}
 
 
 @pytest.fixture

@@ -28,8 +28,9 @@ def register(subparsers) -> None:
                    help="fp32 pointwise arithmetic: exact fp32 or TF32 tensor cores (default fp32)")
     p.add_argument("--batch", type=positive_int, default=None, help="batch size (default: the model's)")
     p.add_argument("--objective", choices=("time", "gma", "dram"), default="time", help="planner objective")
-    p.add_argument("--tiles", choices=("planned", "sweep"), default="planned",
-                   help="planned: the plan's tiles; sweep: also alternative tiles and rejected candidates")
+    p.add_argument("--tiles", choices=("planned", "sweep", "layers"), default="planned",
+                   help="planned: the plan's tiles; sweep: also alternative tiles of each group and rejected candidates; "
+                   "layers: also alternative tiles of every tiled layer run alone")
     p.add_argument("--out", default=None, help="output folder (default validation/MODEL-GPU-DTYPE-bBATCH)")
     p.add_argument("--no-ncu", action="store_true", help="do not read traffic counters (counter-free run)")
     p.add_argument("--require-ncu", action="store_true", help="fail when Nsight Compute counters cannot be read")

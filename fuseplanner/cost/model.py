@@ -20,6 +20,7 @@ from .fused import (
     window_epilogue_issue,
 )
 from .pw import PwModel
+from .pw import issued_per_block as pw_issued_per_block
 from .shapes import geom
 from .time import blocks_per_sm, kernel_time, mma_rate, warp_rates
 from .traffic import coresident_share, dram_write_bytes, miss_fraction
@@ -227,7 +228,10 @@ def issued(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, precision: st
     spec's `fused_window_epilogue_weight`), which the time model charges at the fused warp rates (the
     epilogues, on the CUDA cores, at the DW stencil's); `ks` blocks of a cluster split share one
     block's chunks.
-    Other kinds are returned unchanged."""
+    A layer-by-layer pw/linear launch charges its blocks' issued work (`pw.issued_per_block`) when the
+    spec's `pw_shared_load_weight` is set; other kinds are returned unchanged."""
+    if kind in ("pw", "linear") and hw.pw_load_w > 0.0:
+        return w._replace(mma_issue=w.blocks * pw_issued_per_block(ops[0], tile, dtype, precision, ks, hw.pw_load_w))
     if kind not in tiles.FUSED_KINDS:
         return w
     dw, pw = _issued(kind, ops, tile, DTYPE_BYTES[dtype], math_mode(dtype, precision), hw.fused_load_w,

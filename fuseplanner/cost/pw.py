@@ -10,9 +10,9 @@ sector-rounded per row segment. Products run on tensor cores for fp16 (and fp32 
 from __future__ import annotations
 
 from .. import tiles
-from ..ir import Tile
+from ..ir import Op, Tile
 from .requests import pw_write_sectors
-from .shapes import Geom
+from .shapes import Geom, geom
 from .traffic import row_sectors, sectors
 from .work import (
     PARAM_BYTES,
@@ -116,3 +116,27 @@ class PwModel(KernelModel):
         per_image = pw_write_sectors(g.co, g.ho, g.wo, self.e, g.tokens_major, tile.tf, tile.th, tile.tw,
                                      tile.threads, ks, variant)  # fmt: skip
         return w._replace(gma_write=32.0 * b * per_image)
+
+
+def issued_per_block(op: Op, tile: Tile, dtype: str, precision: str, ks: int, load_w: float) -> float:
+    """FLOP-equivalents one block of kernels/pw.cu issues on its busiest thread (exact fp32) or warp
+    (tensor cores) over its channel chunks (every ks-th of them in a cluster split), times the threads or
+    warps: per channel an RF x RP register block's FMAs plus `load_w` per operand load (RF / KVEC weight
+    and RP / PVEC pixel loads; FLAT: one of each per output), or per k step a warp's WM_T x WN_T mma tiles
+    of 16 x 8 plus `load_w` per fragment load (an A tile per filter row of tiles, half a one per pixel
+    column), as `tiles.pw_variant` maps the tile. Slots past the tile count; with no loads and a tile the
+    threads divide this is the block's useful 2 x tf x p x k."""
+    g = geom(op)
+    p = tile.th * tile.tw
+    v = tiles.pw_variant(tile, dtype, precision, "linear" if g.tokens_major else "pw", g.wo, g.c)
+    k = cdiv(cdiv(g.c, tile.tc), ks) * tile.tc  # the busiest rank's channels
+    if v["USE_TC"]:
+        wm, wn = v["WM_T"], v["WN_T"]
+        return 2.0 * 16 * 8 * k * (tile.threads // 32) * (wm * wn + load_w * (wm + 0.5 * wn))
+    if v.get("FLAT"):
+        r = cdiv(tile.tf * p, tile.threads)
+        return 2.0 * k * tile.threads * r * (1.0 + 2.0 * load_w)
+    a = v["A_THR"]
+    rf, rp = tile.tf // a, cdiv(p, tile.threads // a)
+    kv, pv = v.get("KVEC", 1), v.get("PVEC", 1)
+    return 2.0 * k * tile.threads * (rf * rp + load_w * (rf / kv + rp / pv))

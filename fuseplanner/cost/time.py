@@ -88,7 +88,8 @@ def warp_rates(kind: str, dtype: str, precision: str, hw: Hw) -> tuple[float, fl
     """(DW stencil FLOP/s, PW product FLOP/s) one warp of this kernel kind achieves (spec
     `*_warp_flops_per_cycle`), the exponent of the warps per block (`*block_warp_exponent`), the
     bytes/s one warp loads (`warp_load_bytes_per_cycle`), the SM issue cap in warps
-    (`fused_sm_issue_warps` for the fused kinds, 0 = none for layer-by-layer ones) and the fixed
+    (`fused_sm_issue_warps` for the fused kinds, `sm_issue_warps` for layer-by-layer pw/linear, none for
+    dw; 0 = none) and the fixed
     seconds of a launch of this kind (`kernel_fixed_s` / `fused_kernel_fixed_s`)."""
     half = dtype == "fp16"
     mode = math_mode(dtype, precision)
@@ -96,7 +97,8 @@ def warp_rates(kind: str, dtype: str, precision: str, hw: Hw) -> tuple[float, fl
     pw = hw.warp_pw if lbl else hw.warp_fused_pw
     dw = hw.warp_dw[half] if lbl else hw.warp_fused_dw
     i = 0 if lbl else 1
-    return dw, pw[mode], hw.warp_exp[i], hw.warp_load, 0.0 if lbl else hw.fused_sm_warps, hw.fixed[i]
+    cap = (hw.sm_warps if kind != "dw" else 0.0) if lbl else hw.fused_sm_warps
+    return dw, pw[mode], hw.warp_exp[i], hw.warp_load, cap, hw.fixed[i]
 
 
 def _wave(per_sm: int, active: int, c_blk: float, mem_blk: float, t_own: float, t_ld: float, t_lat: float,
