@@ -188,13 +188,18 @@ def decisions(results: Mapping) -> dict[str, Any]:
     ties = {"disagree": len(misses),
             "near_ties": sum(1 for e in misses if max(e["best_fused_s"], e["unfused_s"])
                              <= TIE_SLACK * min(e["best_fused_s"], e["unfused_s"]))}  # fmt: skip
-    chosen = sum(e["chosen_s"] for e in per.values())
-    best = sum(e["best_s"] for e in per.values())
-    layer_tiles = layer_tile_choices(records)
     regret = {"n": len(per), "over_5pct": sum(1 for e in per.values() if e["chosen_s"] > 1.05 * e["best_s"]),
-              "time_lost_percent": 100.0 * (chosen - best) / best if best else None}
+              "time_lost_percent": _time_lost(per.values())}
     return {"groups": per, "fuse": rate("fuse_agrees"), "tile": rate("tile_agrees"),
-            "tile_exact": rate("tile_is_best"), "regret": regret, "ties": ties, "layer_tile": layer_tiles}
+            "tile_exact": rate("tile_is_best"), "regret": regret, "ties": ties,
+            "layer_tile": layer_tile_choices(records)}
+
+
+def _time_lost(entries: Iterable[Mapping]) -> float | None:
+    """Percent more time the chosen options (`chosen_s`) take than the best measured ones (`best_s`)."""
+    entries = list(entries)
+    chosen, best = sum(e["chosen_s"] for e in entries), sum(e["best_s"] for e in entries)
+    return 100.0 * (chosen - best) / best if best else None
 
 
 def layer_tile_choices(records: Sequence[Mapping]) -> dict[str, Any]:
@@ -210,9 +215,8 @@ def layer_tile_choices(records: Sequence[Mapping]) -> dict[str, Any]:
         t_best = min(r["measured"]["time_cold_s"] for r in recs)
         per[g] = {"chosen_s": t_chosen, "best_s": t_best, "agrees": t_chosen <= TILE_SLACK * t_best}
     n = len(per)
-    chosen_total, best_total = sum(e["chosen_s"] for e in per.values()), sum(e["best_s"] for e in per.values())
     return {"layers": per, "n": n, "percent": 100.0 * sum(e["agrees"] for e in per.values()) / n if n else None,
-            "time_lost_percent": 100.0 * (chosen_total - best_total) / best_total if best_total else None}
+            "time_lost_percent": _time_lost(per.values())}
 
 
 def occupancy(records: Sequence[Mapping]) -> dict[str, Any]:

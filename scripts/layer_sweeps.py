@@ -54,7 +54,7 @@ def main(argv=None) -> int:
         for k, v in ratios.items():
             pooled[k] += v
         head = (f"| {m['model']} {m['dtype']} b{m['batch']} | {lt['n']} | {report._pct(lt['percent'])} | "
-                f"{report._pct(lt['time_lost_percent'])} | {np.median(rho):.2f} |" if rho else "- |")
+                f"{report._pct(lt['time_lost_percent'])} | {f'{np.median(rho):.2f}' if rho else '-'} |")
         for i, kind in enumerate(sorted({k for k, _ in ratios})):
             lead = head if i == 0 else "| | | | | |"
             print(f"{lead} {kind} | {_cell(ratios[(kind, 'chosen')])} | {_cell(ratios[(kind, 'alternative')])} |")

@@ -39,6 +39,7 @@ from .work import (
     Work,
     block_split_sectors,
     cdiv,
+    mma_tiles_issue,
     out_plane_sectors,
     out_tokens_sectors,
     pw_in_sectors,
@@ -275,8 +276,8 @@ def _gemm_issue(g: tiles.BlockGemm, threads: int, prec: int, load_w: float) -> f
     gm, gn, mt = _unit_split(g, threads, prec)
     if prec == 0:
         return 2.0 * g.k * threads * mt * (gm * gn + load_w * (-(-gm // 4) + -(-gn // 4)))
-    mi, ni = gm // 16, gn // 8  # 16 x 8 mma tiles per group; a 16 x 8 tile over k is 2 x 16 x 8 x k FLOPs
-    return 2.0 * 16 * 8 * g.kp * (threads // 32) * mt * (mi * ni + load_w * (mi + 0.5 * ni))
+    return mma_tiles_issue(g.kp, threads // 32, mt, gm // 16, gn // 8, load_w)
+
 
 
 def _unit_split(g: tiles.BlockGemm, threads: int, prec: int) -> tuple[int, int, int]:

@@ -21,6 +21,7 @@ from .work import (
     block_split_sectors,
     cdiv,
     matrix_chunk_sectors,
+    mma_tiles_issue,
     out_plane_sectors,
     out_tokens_sectors,
     pw_in_sectors,
@@ -131,8 +132,7 @@ def issued_per_block(op: Op, tile: Tile, dtype: str, precision: str, ks: int, lo
     v = tiles.pw_variant(tile, dtype, precision, "linear" if g.tokens_major else "pw", g.wo, g.c)
     k = cdiv(cdiv(g.c, tile.tc), ks) * tile.tc  # the busiest rank's channels
     if v["USE_TC"]:
-        wm, wn = v["WM_T"], v["WN_T"]
-        return 2.0 * 16 * 8 * k * (tile.threads // 32) * (wm * wn + load_w * (wm + 0.5 * wn))
+        return mma_tiles_issue(k, tile.threads // 32, 1, v["WM_T"], v["WN_T"], load_w)
     if v.get("FLAT"):
         r = cdiv(tile.tf * p, tile.threads)
         return 2.0 * k * tile.threads * r * (1.0 + 2.0 * load_w)

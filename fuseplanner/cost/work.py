@@ -57,7 +57,7 @@ class Work(NamedTuple):
     w_all: float = 0.0  # fused kinds: the part of w_read - w_l1 that every block reads, not only its filter tile's (W1)
     w_all_l2: float = 0.0  # fused kinds: what of w_all reaches L2 after its merging (model.l1_filtered), before L1 sharing
     cuda_issue: float = 0.0  # fused kinds: DW FLOPs as the block's busiest thread executes them (model.issued; 0: cuda_flops)
-    mma_issue: float = 0.0  # fused kinds: PW FLOP-equivalents of the block's busiest GEMM unit (model.issued; 0: mma_flops)
+    mma_issue: float = 0.0  # fused kinds, and pw/linear with pw_shared_load_weight: PW FLOP-equivalents of the block's busiest GEMM unit (model.issued; 0: mma_flops)
 
 
 class KernelModel:
@@ -182,3 +182,10 @@ def tensor_bytes(nelems: int, e: int) -> float:
 def whole_bytes(nsectors: float) -> float:
     """Bytes of a (possibly fractional, row-averaged) sector count rounded up to whole sectors."""
     return 32.0 * math.ceil(nsectors - 1e-9)
+
+
+def mma_tiles_issue(k: int, warps: int, groups: int, mi: int, ni: int, load_w: float) -> float:
+    """FLOP-equivalents of `warps` warps each running `groups` groups of mi x ni mma tiles of 16 x 8 over
+    k (a tile is 2 x 16 x 8 x k FLOPs), plus `load_w` per fragment load a k step: an A tile per row of
+    tiles, half a B tile per column (the fused kernels' block GEMMs and the pw/linear kernel alike)."""
+    return 2.0 * 16 * 8 * k * warps * groups * (mi * ni + load_w * (mi + 0.5 * ni))
