@@ -29,8 +29,10 @@ tile the planner gives it alone) and its ``layer_tile`` alternatives, judged the
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -656,14 +658,17 @@ def write_report(results: Mapping, out_dir: str | Path) -> dict[str, Any]:
 
 
 def load_results(path: str | Path) -> dict[str, Any]:
-    """Read a results document, checking its schema tag."""
+    """Read a results document, gzip-compressed when its name ends in ``.gz`` (the saved runs under
+    docs/validation keep theirs as ``results.json.gz``), checking its schema tag."""
     from .errors import FusePlannerError
 
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        raw = Path(path).read_bytes()
+        data = json.loads((gzip.decompress(raw) if str(path).endswith(".gz") else raw).decode())
+    # a bad gzip stream raises gzip.BadGzipFile (an OSError), EOFError when cut short, or zlib.error
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FusePlannerError(f"cannot read results {path}: {exc}") from None
-    if data.get("schema") != SCHEMA or "records" not in data:
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA or "records" not in data:
         raise FusePlannerError(f"{path} is not a fuseplanner validation results file (schema {SCHEMA})")
     return data
 

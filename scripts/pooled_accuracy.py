@@ -3,7 +3,7 @@
 Each run's `ours` predictions and fuse decisions are recomputed with the spec (as `fuseplanner
 validate --from-results --repredict` does); the measurements are the recorded ones.
 
-    python3 scripts/pooled_accuracy.py --gpu h100 docs/validation/ring-2026-11-23/*/results.json
+    python3 scripts/pooled_accuracy.py --gpu h100 docs/validation/ring-2026-11-23/*/results.json.gz
 
 Prints a markdown table: median / 90th-percentile absolute percentage error of GMA, DRAM and time,
 the fuse decisions agreeing with measurement, and what the plan's choices (fuse or not, planned tile)

@@ -2,7 +2,7 @@
 `fuseplanner validate` records on a GPU (`measured.kernels`: the registers CuPy's NVRTC allocated to
 every launch). No GPU needed.
 
-    python3 scripts/register_fit.py docs/validation/split-2026-11-23/*/results.json
+    python3 scripts/register_fit.py docs/validation/split-2026-11-23/*/results.json.gz
 
 Per (kernel kind, storage dtype): registers = base(threads per block) + slope x outputs per thread,
 the slope by least squares over the distinct compiled kernels (clipped to 0..MAX_SLOPE: an
@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fuseplanner import registers, specs  # noqa: E402
+from fuseplanner import registers, report, specs  # noqa: E402
 from fuseplanner.cost.time import blocks_per_sm  # noqa: E402
 from fuseplanner.ir import Tile  # noqa: E402
 
@@ -36,7 +36,7 @@ def launches(paths: list[str]) -> list[dict]:
     """Every recorded launch: kind, dtype, tile, compiled registers, shared memory, blocks per SM."""
     out = []
     for path in paths:
-        data = json.loads(Path(path).read_text())
+        data = report.load_results(path)
         dtype = data["meta"]["dtype"]
         for rec in data["records"]:
             for k, t in zip((rec.get("measured") or {}).get("kernels") or [], rec["tiles"], strict=False):
@@ -76,7 +76,7 @@ def matches(rows: list[dict], table: dict, hw) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpu", default="h100", help="spec name or TOML path (for blocks per SM)")
-    ap.add_argument("results", nargs="+", help="results.json files of validation runs with measured.kernels")
+    ap.add_argument("results", nargs="+", help="results.json(.gz) of validation runs with measured.kernels")
     args = ap.parse_args(argv)
     rows = launches(args.results)
     if not rows:

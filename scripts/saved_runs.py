@@ -1,5 +1,5 @@
 """Command line shared by the scripts that re-read saved validation runs with a spec (no GPU):
-`--gpu SPEC` and the results.json files."""
+`--gpu SPEC` and the results.json (or results.json.gz) files."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def parse_with(doc: str, argv=None, options=None):
     the script's own options."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--gpu", default="h100", help="spec name or TOML path")
-    ap.add_argument("results", nargs="+", help="results.json files of validation runs")
+    ap.add_argument("results", nargs="+", help="results.json(.gz) files of validation runs")
     if options is not None:
         options(ap)
     args = ap.parse_args(argv)

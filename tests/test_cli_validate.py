@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -62,6 +63,15 @@ def test_report_regenerated_from_results_without_gpu(tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert summary["errors"]["ours"]["gma"]["median"] == pytest.approx(30.0)
     assert (out / "report.md").is_file() and (out / "traffic.png").stat().st_size > 0
+
+
+def test_report_regenerated_from_gzipped_results(tmp_path, capsys):
+    packed = tmp_path / "results.json.gz"
+    packed.write_bytes(gzip.compress(FIX.read_bytes()))
+    assert main(["validate", "--from-results", str(packed), "--out", str(tmp_path / "rep"), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["errors"]["ours"]["gma"]["median"] == pytest.approx(30.0)
+    assert (tmp_path / "rep" / "report.md").is_file()
 
 
 def test_from_results_rejects_other_json(tmp_path, capsys):

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from fuseplanner import fit
+from fuseplanner import fit, report
 from fuseplanner.calibrate import apply_measured
 from fuseplanner.cli.main import main
 from fuseplanner.errors import FusePlannerError
 from fuseplanner.specs import MEASURABLE, gpu
 
 ROOT = Path(__file__).resolve().parent.parent
-RUN = ROOT / "docs" / "validation" / "h100-mnasnet1_0-fp32-planned" / "results.json"
-BATCH8 = ROOT / "docs" / "validation" / "holdout" / "h100-mobilenet_v2-fp32-sweep-batch8" / "results.json"
+RUN = ROOT / "docs" / "validation" / "h100-mnasnet1_0-fp32-planned" / "results.json.gz"
+BATCH8 = ROOT / "docs" / "validation" / "holdout" / "h100-mobilenet_v2-fp32-sweep-batch8" / "results.json.gz"
 SPEC = ROOT / "docs" / "validation" / "h100_calibrated.toml"
 
 
@@ -27,7 +27,7 @@ def samples():
 
 
 def test_samples_follow_the_records(samples):
-    records = json.loads(RUN.read_text())["records"]
+    records = report.load_results(RUN)["records"]
     usable = [r for r in records if (r.get("measured") or {}).get("time_cold_s") and r["check"]["ok"]]
     assert len(samples) == len(usable) > 10
     for s, r in zip(samples, usable, strict=True):

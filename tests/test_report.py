@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 from pathlib import Path
@@ -203,6 +204,38 @@ def test_bad_results_file(tmp_path):
         report.load_results(bad)
     shutil.copy(FIX, tmp_path / "ok.json")
     assert report.load_results(tmp_path / "ok.json")["schema"] == report.SCHEMA
+
+
+def test_load_results_reads_gzip(tmp_path, results):
+    # the saved runs under docs/validation keep their results as results.json.gz
+    plain, packed = tmp_path / "results.json", tmp_path / "results.json.gz"
+    shutil.copy(FIX, plain)
+    packed.write_bytes(gzip.compress(FIX.read_bytes()))
+    assert report.load_results(packed) == report.load_results(plain) == results
+    # a report regenerates from the compressed file as from the plain one
+    assert report.report_from_results(packed, tmp_path / "rep") == report.summarize(results)
+
+
+def _bad_deflate() -> bytes:
+    data = bytearray(gzip.compress(FIX.read_bytes()))
+    data[10] |= 0x06  # the first deflate block's type bits set to 11, which no block has
+    return bytes(data)
+
+
+@pytest.mark.parametrize("data", [
+    pytest.param(b"{not gzip", id="not-gzip"),
+    pytest.param(gzip.compress(FIX.read_bytes())[:200], id="truncated"),
+    pytest.param(_bad_deflate(), id="bad-deflate"),
+    pytest.param(gzip.compress(FIX.read_bytes())[:-8] + b"\0" * 8, id="bad-crc"),
+    pytest.param(gzip.compress(b"{not json"), id="not-json"),
+    pytest.param(gzip.compress(b'{"schema": "\xff"}'), id="not-utf8"),
+])
+def test_corrupt_gzip_results_is_one_error_line(tmp_path, data):
+    bad = tmp_path / "results.json.gz"
+    bad.write_bytes(data)
+    with pytest.raises(FusePlannerError, match="cannot read results") as exc:
+        report.load_results(bad)
+    assert len(str(exc.value).splitlines()) == 1 and str(bad) in str(exc.value)
 
 
 def test_layer_rows_follow_the_plan(results):

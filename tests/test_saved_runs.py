@@ -1,5 +1,7 @@
 """The command line shared by the scripts that re-read saved validation runs (scripts/saved_runs.py)."""
 
+import glob
+import gzip
 import sys
 from pathlib import Path
 
@@ -34,6 +36,29 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert message in err.strip().splitlines()[-1] and "Traceback" not in err
+
+
+def test_parse_accepts_gzipped_runs_and_their_globs(tmp_path):
+    packed = tmp_path / "results.json.gz"
+    packed.write_bytes(gzip.compress(RUN.read_bytes()))
+    assert saved_runs.parse("doc", [str(packed)])[1] == [str(packed)]
+    # a glob the docs cite over the compressed runs, as the shell expands it
+    runs = sorted(glob.glob(str(ROOT / "docs/validation/ring-2026-11-23/*/results.json.gz")))
+    assert len(runs) == 9 and saved_runs.parse("doc", runs)[1] == runs
+    # a compressed run reads as its plain file does
+    spec = saved_runs.specs.gpu("h100")
+
+    def launched(path):
+        return [(run, r["id"], st.kind) for run, r, st, *_ in saved_runs.launched_records(spec, str(path))]
+
+    assert launched(RUN) and launched(packed) == launched(RUN)
+
+
+def test_unmatched_gzip_glob_is_one_line_and_exit_2(capsys):
+    with pytest.raises(SystemExit) as exc:
+        saved_runs.parse("doc", ["docs/validation/nothing-*/results.json.gz"])
+    assert exc.value.code == 2
+    assert "no such results file: docs/validation/nothing-*/results.json.gz" in capsys.readouterr().err
 
 
 def test_parse_with_adds_a_scripts_own_options():
