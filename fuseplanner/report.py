@@ -204,13 +204,18 @@ def _time_lost(entries: Iterable[Mapping]) -> float | None:
     return 100.0 * (chosen - best) / best if best else None
 
 
-def layer_tile_choices(records: Sequence[Mapping]) -> dict[str, Any]:
+def layer_tile_choices(records: Sequence[Mapping], model: str | None = None) -> dict[str, Any]:
     """For each layer swept alone (a ``layer`` or ``member`` record and its ``layer_tile`` alternatives): is the tile
-    the planner gives it within `TILE_SLACK` of the best measured, and what it costs over that best."""
+    the planner gives it within `TILE_SLACK` of the best measured, and what it costs over that best. With
+    `model` (e.g. ``"ours"`` after re-predicting the records with another spec), the chosen tile is instead
+    the measured one that model predicts fastest: the choice that spec would make among the measured tiles."""
     per: dict[str, dict[str, float | bool]] = {}
     for g in sorted({r["group"] for r in records if r["role"] == "layer_tile" and r.get("group")}):
         recs = _layer_records(records, g)
         chosen = [r for r in recs if r["role"] != "layer_tile"]
+        if model is not None:
+            timed = [r for r in recs if ((r.get("predicted") or {}).get(model) or {}).get("time_s")]
+            chosen = [min(timed, key=lambda r: r["predicted"][model]["time_s"])] if timed else []
         if not chosen or len(recs) < 2:
             continue
         t_chosen = chosen[0]["measured"]["time_cold_s"]

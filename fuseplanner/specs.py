@@ -52,6 +52,7 @@ MEASURABLE = (
     "fused_epilogue_weight",
     "fused_window_epilogue_weight",
     "pw_shared_load_weight",
+    "pw_mma_load_weight",
     "sm_issue_warps",
     "kernel_fixed_s",
     "fused_kernel_fixed_s",
@@ -102,6 +103,7 @@ KERNEL_RATE_DEFAULTS: dict[str, float] = {
     "fused_epilogue_weight": 16.0,
     "fused_window_epilogue_weight": 0.0,
     "pw_shared_load_weight": 0.0,
+    "pw_mma_load_weight": 0.0,
     "sm_issue_warps": 0.0,
     "kernel_fixed_s": 3.624e-07,
     "fused_kernel_fixed_s": 2.919e-06,
@@ -151,7 +153,7 @@ class Hw(NamedTuple):
     fused_load_w: float  # FMA-equivalents the fused kernels' issued work charges per shared-memory operand load
     fused_epi_w: float  # FMA-equivalents the fused kernels' issued work charges per element of a staged epilogue
     fused_win_w: float  # ... per element of a pw_dw / pw_dw_pw expansion's window epilogue
-    pw_load_w: float  # FMA/mma-equivalents the layer-by-layer pw/linear issued work charges per operand load (0: off)
+    pw_load_w: tuple[float, float]  # FMA- (exact fp32) / mma-equivalents (tensor cores) the layer-by-layer pw/linear issued work charges per operand load (0: that path off)
     sm_warps: float  # an SM issues its resident layer-by-layer pw/linear blocks' work at most at this many warps' rate
     fixed: tuple[float, float]  # seconds a launch takes beyond the empty-launch floor whatever its work: LBL, fused
 
@@ -289,10 +291,16 @@ class GpuSpec(BaseModel):
         "rate")
     pw_shared_load_weight: float = Field(
         default=KERNEL_RATE_DEFAULTS["pw_shared_load_weight"], ge=0,
-        description="FMA-equivalents (exact fp32) or mma-equivalents (tensor cores) that the layer-by-layer "
-        "pw/linear kernel's issued work charges per shared-memory operand load of its register or mma block "
-        "(a float4 or single word, an ldmatrix): with it the kernel's own compute is its busiest thread's or "
-        "warp's issued work (idle slots past the tile count), not its useful FLOPs (0: useful FLOPs, term off)")
+        description="FMA-equivalents that the layer-by-layer pw/linear kernel's exact-fp32 (CUDA core) path "
+        "charges per shared-memory operand load of its register block (a float4 or single word): with it "
+        "that path's own compute is its busiest thread's issued work (idle slots past the tile count), not "
+        "its useful FLOPs (0: useful FLOPs, term off for that path)")
+    pw_mma_load_weight: float = Field(
+        default=KERNEL_RATE_DEFAULTS["pw_mma_load_weight"], ge=0,
+        description="mma-equivalents that the layer-by-layer pw/linear kernel's tensor-core path (fp16, tf32) "
+        "charges per fragment load (an ldmatrix) of its warp's mma tiles: with it that path's own compute is "
+        "its busiest warp's issued work (idle tiles past the tile count), not its useful FLOPs (0: useful "
+        "FLOPs, term off for that path)")
     sm_issue_warps: float = Field(
         default=KERNEL_RATE_DEFAULTS["sm_issue_warps"], ge=0,
         description="an SM runs the work of its resident layer-by-layer pw/linear blocks at most at this many "
@@ -373,7 +381,7 @@ class GpuSpec(BaseModel):
             float(e("fused_shared_load_weight")),
             float(e("fused_epilogue_weight")),
             float(e("fused_window_epilogue_weight")),
-            float(e("pw_shared_load_weight")),
+            (float(e("pw_shared_load_weight")), float(e("pw_mma_load_weight"))),
             float(e("sm_issue_warps")),
             (float(e("kernel_fixed_s")), float(e("fused_kernel_fixed_s"))),
         )  # fmt: skip

@@ -1,6 +1,7 @@
 """Layer tile sweeps (`fuseplanner validate --tiles layers`) of saved validation runs, re-predicted with a
 spec (no GPU): per run, whether the tile the planner gives each layer alone is within 5% of the layer's
-best measured tile, what those choices cost, the median rank correlation over the layers' tiles, and
+best measured tile, what those choices cost, the same for the tile the spec predicts fastest among the
+measured ones (the choice it would make there), the median rank correlation over the layers' tiles, and
 predicted / measured time of the layers' planned tiles and of their alternatives, by kernel kind.
 
     python3 scripts/layer_sweeps.py --gpu h100 docs/validation/ncu-2026-11-24-s26/*/runs/*/results.json
@@ -39,14 +40,15 @@ def _cell(v: list[float]) -> str:
 
 def main(argv=None) -> int:
     spec, results = saved_runs.parse(__doc__, argv)
-    print("| run | layers | chosen tile within 5% of best | time lost | rank rho (median) | kind | "
-          "pred / meas, chosen tiles: median / p10 / p90 (n) | alternatives |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| run | layers | chosen tile within 5% of best | time lost | spec's pick within 5% | time lost | "
+          "rank rho (median) | kind | pred / meas, chosen tiles: median / p10 / p90 (n) | alternatives |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     pooled: dict[tuple[str, str], list[float]] = defaultdict(list)
     for path in results:
         data = fit.repredict(report.load_results(path), spec)
         m, recs = data["meta"], data["records"]
         lt = report.layer_tile_choices(recs)
+        pick = report.layer_tile_choices(recs, "ours")
         layer_groups = set(lt["layers"])
         rho = [e["ours"] for g, e in report.rank_correlation(recs)["groups"].items()
                if g in layer_groups and e.get("ours") is not None]  # fmt: skip
@@ -54,12 +56,13 @@ def main(argv=None) -> int:
         for k, v in ratios.items():
             pooled[k] += v
         head = (f"| {m['model']} {m['dtype']} b{m['batch']} | {lt['n']} | {report._pct(lt['percent'])} | "
-                f"{report._pct(lt['time_lost_percent'])} | {f'{np.median(rho):.2f}' if rho else '-'} |")
+                f"{report._pct(lt['time_lost_percent'])} | {report._pct(pick['percent'])} | "
+                f"{report._pct(pick['time_lost_percent'])} | {f'{np.median(rho):.2f}' if rho else '-'} |")
         for i, kind in enumerate(sorted({k for k, _ in ratios})):
-            lead = head if i == 0 else "| | | | | |"
+            lead = head if i == 0 else "| | | | | | | |"
             print(f"{lead} {kind} | {_cell(ratios[(kind, 'chosen')])} | {_cell(ratios[(kind, 'alternative')])} |")
     for kind in sorted({k for k, _ in pooled}):
-        print(f"| all | | | | | {kind} | {_cell(pooled[(kind, 'chosen')])} | {_cell(pooled[(kind, 'alternative')])} |")
+        print(f"| all | | | | | | | {kind} | {_cell(pooled[(kind, 'chosen')])} | {_cell(pooled[(kind, 'alternative')])} |")
     return 0
 
 

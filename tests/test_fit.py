@@ -146,6 +146,20 @@ def test_fit_sm_issue_cap_only_on_request(samples):
     assert "fused_sm_issue_warps" not in unasked.values
 
 
+def test_fit_restarts_along_the_exponents_only_when_it_fits_one(samples, monkeypatch):
+    import scipy.optimize
+
+    calls = []
+    real = scipy.optimize.minimize
+    monkeypatch.setattr(scipy.optimize, "minimize", lambda *a, **k: calls.append(1) or real(*a, **k))
+    spec = gpu(str(SPEC))
+    fit.fit_spec(spec, samples, max_iter=3, only=["fused_sm_issue_warps"])
+    assert len(calls) == 1  # no exponent fitted: one start (the loss is not flat along anything fitted)
+    calls.clear()
+    fit.fit_spec(spec, samples, max_iter=3, only=["fused_sm_issue_warps", "fused_block_warp_exponent"])
+    assert len(calls) == 1 + len(fit.EXPONENT_STARTS)  # the spec's exponent, then each start
+
+
 def _doc(pred_planned: float, pred_alt: float, pred_unfused: float) -> dict:
     def rec(role, planned, t_pred, t_meas, tile):
         return {"id": f"{role}{tile}", "role": role, "group": "g0", "planned": planned, "tiles": [{"th": tile}],

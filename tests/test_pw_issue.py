@@ -1,5 +1,6 @@
 """Issued work of the layer-by-layer pw kernel (cost.pw.issued_per_block) by hand, and the two spec
-fields that switch it on (`pw_shared_load_weight`) and cap an SM (`sm_issue_warps`), both off by default."""
+fields that switch it on (`pw_shared_load_weight` for exact fp32, `pw_mma_load_weight` for tensor cores)
+and cap an SM (`sm_issue_warps`), both off by default."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def test_tensor_core_warps_pay_fragment_loads_and_padding():
 
 def test_both_fields_are_off_by_default_and_reach_pw_estimates_when_set():
     base = gpu("h100")
-    assert base.hw.pw_load_w == 0.0 and base.hw.sm_warps == 0.0
+    assert base.hw.pw_load_w == (0.0, 0.0) and base.hw.sm_warps == 0.0
     loads = apply_measured(base, {"pw_shared_load_weight": 2.0})
     small = Tile(1, 4, 16, 16, 64)  # 1 x 1 register blocks: the loads more than double the issued work
     times = [estimate("pw", (PW,), small, "fp32", 1, s).time_s for s in (base, loads)]
@@ -65,3 +66,19 @@ def test_sm_issue_cap_applies_to_pw_and_linear_not_dw():
     assert time.warp_rates("linear", "fp16", "fp32", hw)[4] == 6.0
     assert time.warp_rates("dw", "fp32", "fp32", hw)[4] == 0.0
     assert time.warp_rates("pw_dw", "fp32", "fp32", hw)[4] == hw.fused_sm_warps  # the fused kinds keep their own
+
+
+def test_each_load_weight_reaches_its_math_path_only():
+    base = gpu("h100")
+    small = Tile(1, 4, 16, 16, 64)
+    assert not pw_cost.uses_mma(PW, small, "fp32", "fp32") and pw_cost.uses_mma(PW, small, "fp16", "fp32")
+    fma = apply_measured(base, {"pw_shared_load_weight": 2.0})
+    mma = apply_measured(base, {"pw_mma_load_weight": 2.0})
+
+    def t(dtype, spec):
+        return estimate("pw", (PW,), small, dtype, 1, spec).time_s
+
+    # the exact-fp32 weight moves the fp32 (CUDA core) launch and not the fp16 (tensor core) one ...
+    assert t("fp32", fma) > t("fp32", base) and t("fp16", fma) == t("fp16", base)
+    # ... and the mma weight the other way round
+    assert t("fp16", mma) > t("fp16", base) and t("fp32", mma) == t("fp32", base)

@@ -152,6 +152,21 @@ def test_layer_sweeps_give_tile_choices_and_ranks():
     assert "within 5% of its measured best in 50.0% of 2 layers" in lines
 
 
+def test_layer_tile_choices_by_prediction_pick_the_tile_the_model_ranks_first():
+    recs = _layer_sweep_records()
+    lt = report.layer_tile_choices(recs, "ours")
+    # L0: ours predicts L0.t1 fastest (10 us < 11, 14): measured 10 us, the best -> agrees;
+    # M0: ours predicts M0 itself fastest (7 < 9): measured 8 us, the best -> agrees
+    assert lt["layers"]["L0"]["chosen_s"] == pytest.approx(10e-6) and lt["percent"] == 100.0
+    assert lt["time_lost_percent"] == pytest.approx(0.0)
+    # with the predictions swapped in M0, ours picks M0.t1 (8.2 us against the best 8: 2.5%, within 5%)
+    swapped = [{**r, "predicted": {"ours": {"time_s": 9e-6 if r["id"] == "M0" else r["predicted"]["ours"]["time_s"]}}}
+               if r["group"] == "M0" else r for r in recs]
+    swapped[-1]["predicted"] = {"ours": {"time_s": 7e-6}}
+    m0 = report.layer_tile_choices(swapped, "ours")["layers"]["M0"]
+    assert m0["chosen_s"] == pytest.approx(8.2e-6) and m0["agrees"] is True
+
+
 def test_targets(summary):
     t = {x["what"]: x for x in summary["targets"]}
     assert t["GMA median APE"]["met"] is False and t["GMA median APE"]["miss_by"] == pytest.approx(20.0)

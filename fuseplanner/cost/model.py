@@ -21,6 +21,7 @@ from .fused import (
 )
 from .pw import PwModel
 from .pw import issued_per_block as pw_issued_per_block
+from .pw import uses_mma as pw_uses_mma
 from .shapes import geom
 from .time import blocks_per_sm, kernel_time, mma_rate, warp_rates
 from .traffic import coresident_share, dram_write_bytes, miss_fraction
@@ -229,9 +230,13 @@ def issued(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, precision: st
     epilogues, on the CUDA cores, at the DW stencil's); `ks` blocks of a cluster split share one
     block's chunks.
     A layer-by-layer pw/linear launch charges its blocks' issued work (`pw.issued_per_block`) when the
-    spec's `pw_shared_load_weight` is set; other kinds are returned unchanged."""
-    if kind in ("pw", "linear") and hw.pw_load_w > 0.0:
-        return w._replace(mma_issue=w.blocks * pw_issued_per_block(ops[0], tile, dtype, precision, ks, hw.pw_load_w))
+    spec's load weight of its math path is set (`pw_shared_load_weight` for exact fp32 on the CUDA cores,
+    `pw_mma_load_weight` for tensor cores); other kinds are returned unchanged."""
+    if kind in ("pw", "linear"):
+        load_w = hw.pw_load_w[pw_uses_mma(ops[0], tile, dtype, precision)]
+        if load_w <= 0.0:
+            return w
+        return w._replace(mma_issue=w.blocks * pw_issued_per_block(ops[0], tile, dtype, precision, ks, load_w))
     if kind not in tiles.FUSED_KINDS:
         return w
     dw, pw = _issued(kind, ops, tile, DTYPE_BYTES[dtype], math_mode(dtype, precision), hw.fused_load_w,

@@ -119,6 +119,16 @@ class PwModel(KernelModel):
         return w._replace(gma_write=32.0 * b * per_image)
 
 
+def _variant(op: Op, tile: Tile, dtype: str, precision: str) -> dict:
+    g = geom(op)
+    return tiles.pw_variant(tile, dtype, precision, "linear" if g.tokens_major else "pw", g.wo, g.c)
+
+
+def uses_mma(op: Op, tile: Tile, dtype: str, precision: str) -> bool:
+    """Whether kernels/pw.cu runs this tile on tensor cores (else exact fp32 FMAs on the CUDA cores)."""
+    return bool(_variant(op, tile, dtype, precision)["USE_TC"])
+
+
 def issued_per_block(op: Op, tile: Tile, dtype: str, precision: str, ks: int, load_w: float) -> float:
     """FLOP-equivalents one block of kernels/pw.cu issues on its busiest thread (exact fp32) or warp
     (tensor cores) over its channel chunks (every ks-th of them in a cluster split), times the threads or
@@ -127,10 +137,9 @@ def issued_per_block(op: Op, tile: Tile, dtype: str, precision: str, ks: int, lo
     of 16 x 8 plus `load_w` per fragment load (an A tile per filter row of tiles, half a one per pixel
     column), as `tiles.pw_variant` maps the tile. Slots past the tile count; with no loads and a tile the
     threads divide this is the block's useful 2 x tf x p x k."""
-    g = geom(op)
     p = tile.th * tile.tw
-    v = tiles.pw_variant(tile, dtype, precision, "linear" if g.tokens_major else "pw", g.wo, g.c)
-    k = cdiv(cdiv(g.c, tile.tc), ks) * tile.tc  # the busiest rank's channels
+    v = _variant(op, tile, dtype, precision)
+    k = cdiv(cdiv(geom(op).c, tile.tc), ks) * tile.tc  # the busiest rank's channels
     if v["USE_TC"]:
         return mma_tiles_issue(k, tile.threads // 32, 1, v["WM_T"], v["WN_T"], load_w)
     if v.get("FLAT"):
