@@ -7,14 +7,16 @@
 #
 # PLAN_SPECS: GPU spec names or TOML paths (default "h100"); PLAN_RUNS: MODEL:DTYPE:BATCH triples (default
 # "mobilenet_v2:fp32:1"); PLAN_TIMEOUT: seconds per validate run (default 120). Runs alternate between the
-# specs model by model, so that clock drift hits each alike. Wheels in .whl/ are installed first.
+# specs model by model, so that clock drift hits each alike. Wheels in .whl/ are installed first. Runs are
+# written under a scratch folder and packed into OUTDIR/plans.tar.gz after each (a timeout keeps the rest).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUTDIR=${1:?usage: scripts/plans_gpu.sh OUTDIR}
-mkdir -p "$OUTDIR/runs"
+RUNS=$(mktemp -d)/runs
+mkdir -p "$RUNS" "$OUTDIR"
 . scripts/wheels.sh
 export PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUTDIR/device.txt" 2>&1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$RUNS/device.txt" 2>&1
 results=()
 for run in ${PLAN_RUNS:-mobilenet_v2:fp32:1}; do
   IFS=: read -r model dtype batch <<< "$run"
@@ -22,11 +24,13 @@ for run in ${PLAN_RUNS:-mobilenet_v2:fp32:1}; do
   for spec in ${PLAN_SPECS:-h100}; do
     name="${model}-${dtype}-b${batch}-spec${i}"
     timeout "${PLAN_TIMEOUT:-120}" python3 -m fuseplanner.cli.main validate "$model" --gpu "$spec" --dtype "$dtype" \
-      --batch "$batch" --tiles planned --no-ncu --out "$OUTDIR/runs/$name" > "$OUTDIR/runs/$name.log" 2>&1
-    echo "$name exit $?"
-    find "$OUTDIR/runs/$name" -name '*.png' -delete 2>/dev/null
-    [ -f "$OUTDIR/runs/$name/results.json" ] && results+=("$OUTDIR/runs/$name/results.json")
+      --batch "$batch" --tiles planned --no-ncu --out "$RUNS/$name" > "$RUNS/$name.log" 2>&1
+    echo "$name exit $?" | tee -a "$RUNS/$name.log"
+    find "$RUNS/$name" -name '*.png' -delete 2>/dev/null
+    [ -f "$RUNS/$name/results.json" ] && results+=("$RUNS/$name/results.json")
+    tar -C "$(dirname "$RUNS")" -czf "$OUTDIR/plans.tar.gz" runs
     i=$((i + 1))
   done
 done
-python3 scripts/plan_totals.py "${results[@]}" | tee "$OUTDIR/plan_totals.md"
+python3 scripts/plan_totals.py "${results[@]}" | tee "$RUNS/plan_totals.md"
+tar -C "$(dirname "$RUNS")" -czf "$OUTDIR/plans.tar.gz" runs

@@ -145,3 +145,33 @@ def test_spill_check_splits_launches_at_the_register_ceiling(capsys):
     spill_check.main(["--gpu", "h100", str(run)])
     out = capsys.readouterr().out
     assert "| over 255 registers |" in out and "| within 255 |" in out
+
+
+def test_plan_totals_sum_the_planned_items_and_compare_with_the_first_run(tmp_path, capsys):
+    import json
+
+    import plan_totals
+
+    def doc(gpu, items):
+        recs = [{"id": f"x{i}", "role": "layer", "planned": planned, "error": err,
+                 "predicted": {"ours": {"time_s": p * 1e-6}},
+                 "measured": {"time_cold_s": c * 1e-6, "time_warm_s": c * 0.9e-6}}
+                for i, (planned, err, p, c) in enumerate(items)]  # fmt: skip
+        return {"schema": "fuseplanner.validation/1", "records": recs,
+                "meta": {"model": "m", "dtype": "fp32", "batch": 8, "gpu": gpu}}
+
+    # planned 10 + 20 us measured (the unplanned 99 us and the failed item are left out) ...
+    a = doc("h100", [(True, None, 9, 10), (True, None, 18, 20), (False, None, 99, 99), (True, "boom", 5, 5)])
+    # ... against 12 + 15 us: 27 / 30 = 0.900
+    b = doc("other", [(True, None, 11, 12), (True, None, 14, 15)])
+    t = plan_totals.totals(a)
+    assert (t["items"], t["missing"]) == (2, 1)
+    assert t["cold"] == pytest.approx(30e-6) and t["pred"] == pytest.approx(27e-6)
+    paths = []
+    for name, d in (("a", a), ("b", b)):
+        p = tmp_path / f"{name}.json"
+        p.write_text(json.dumps(d))
+        paths.append(str(p))
+    assert plan_totals.main(paths) == 0
+    rows = capsys.readouterr().out.strip().splitlines()
+    assert rows[2].endswith("| 1.000 |") and "(1 failed)" in rows[2] and rows[3].endswith("| 0.900 |")
