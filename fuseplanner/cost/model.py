@@ -233,8 +233,8 @@ def issued(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, precision: st
     spec's load weight of its math path is set (`pw_shared_load_weight` for exact fp32 on the CUDA cores,
     `pw_mma_load_weight` for tensor cores); other kinds are returned unchanged."""
     if kind in ("pw", "linear"):
-        load_w = hw.pw_load_w[pw_uses_mma(ops[0], tile, dtype, precision)]
-        if load_w <= 0.0:
+        load_w = hw.pw_load_w[pw_uses_mma(ops[0], tile, dtype, precision)] if any(hw.pw_load_w) else 0.0
+        if load_w <= 0.0:  # both off (the bundled specs): no variant lookup on the planner's search path
             return w
         return w._replace(mma_issue=w.blocks * pw_issued_per_block(ops[0], tile, dtype, precision, ks, load_w))
     if kind not in tiles.FUSED_KINDS:
