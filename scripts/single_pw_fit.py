@@ -16,7 +16,6 @@ session fitted its layer-by-layer start values (docs/validation.md):
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -25,8 +24,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fuseplanner import fit, specs  # noqa: E402
+import saved_runs  # noqa: E402
+
+from fuseplanner import fit  # noqa: E402
 from fuseplanner.calibrate import apply_measured  # noqa: E402
+from fuseplanner.errors import FusePlannerError  # noqa: E402
 
 
 def spread(spec, samples) -> str:
@@ -36,19 +38,22 @@ def spread(spec, samples) -> str:
     return f"{np.median(r):.3f} / {np.percentile(r, 90):.3f} ({len(samples)})"
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--gpu", default="h100")
+def options(ap) -> None:
     ap.add_argument("--start", default="{}", help="JSON object of field values set before the fit")
     ap.add_argument("--fit", required=True, help="comma-separated fields to fit")
     ap.add_argument("--max-iter", type=int, default=300)
-    ap.add_argument("results", nargs="+")
-    a = ap.parse_args(argv)
-    base = specs.gpu(a.gpu)
-    start = apply_measured(base, json.loads(a.start))
-    samples = [s for s in fit.feasible(start, fit.load_samples(a.results))[0]
-               if len(s.steps) == 1 and s.steps[0].kind in ("pw", "linear")]  # fmt: skip
-    result = fit.fit_spec(start, samples, max_iter=a.max_iter, only=a.fit.split(","))
+
+
+def main(argv=None) -> int:
+    base, paths, a = saved_runs.parse_with(__doc__, argv, options)
+    try:
+        start = apply_measured(base, json.loads(a.start))
+        samples = [s for s in fit.feasible(start, fit.load_samples(paths))[0]
+                   if len(s.steps) == 1 and s.steps[0].kind in ("pw", "linear")]  # fmt: skip
+        result = fit.fit_spec(start, samples, max_iter=a.max_iter, only=a.fit.split(","))
+    except (ValueError, FusePlannerError) as exc:  # bad --start JSON or field, unknown --fit field, no samples
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     after = apply_measured(start, result.values)
     print(json.dumps(result.values))
     print(f"all: spec {spread(base, samples)}, start {spread(start, samples)}, fitted {spread(after, samples)}")

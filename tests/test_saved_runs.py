@@ -175,3 +175,13 @@ def test_plan_totals_sum_the_planned_items_and_compare_with_the_first_run(tmp_pa
     assert plan_totals.main(paths) == 0
     rows = capsys.readouterr().out.strip().splitlines()
     assert rows[2].endswith("| 1.000 |") and "(1 failed)" in rows[2] and rows[3].endswith("| 0.900 |")
+
+
+@pytest.mark.parametrize(("extra", "message"), [(["--fit", "no_such_field"], "cannot fit no_such_field"),
+                                                (["--fit", "sm_issue_warps", "--start", "{bad"], "error:")])
+def test_single_pw_fit_bad_input_is_one_line_and_exit_2(extra, message, capsys):
+    import single_pw_fit
+
+    assert single_pw_fit.main([*extra, str(RUN)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
