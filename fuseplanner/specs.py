@@ -156,6 +156,8 @@ class Hw(NamedTuple):
     pw_load_w: tuple[float, float]  # FMA- (exact fp32) / mma-equivalents (tensor cores) the layer-by-layer pw/linear issued work charges per operand load (0: that path off)
     sm_warps: float  # an SM issues its resident layer-by-layer pw/linear blocks' work at most at this many warps' rate
     fixed: tuple[float, float]  # seconds a launch takes beyond the empty-launch floor whatever its work: LBL, fused
+    l1_cache: int  # bytes of L1 data cache an SM keeps at the largest shared-memory carveout (l1_bytes - smem_per_sm)
+    l1_line: int  # L1 cache line bytes
 
 
 class GpuSpec(BaseModel):
@@ -189,6 +191,8 @@ class GpuSpec(BaseModel):
     mem_latency_s: float = Field(default=6e-7, gt=0, description="global-memory load latency, cold L2")
     warp_size: int = Field(default=32, gt=0)
     sector_bytes: Literal[32] = Field(default=32, description="L2 sector; every CUDA GPU since Maxwell uses 32")
+    l1_line_bytes: Literal[128] = Field(
+        default=128, description="L1 cache line (four sectors); every CUDA GPU since Maxwell uses 128")
     reg_alloc_unit: int = Field(default=256, gt=0, description="registers allocated per warp in these units")
     l2_usable_fraction: float = Field(default=0.75, gt=0, le=1)
     l2_coalesce_blocks: float = Field(
@@ -384,6 +388,8 @@ class GpuSpec(BaseModel):
             (float(e("pw_shared_load_weight")), float(e("pw_mma_load_weight"))),
             float(e("sm_issue_warps")),
             (float(e("kernel_fixed_s")), float(e("fused_kernel_fixed_s"))),
+            max(0, self.l1_bytes - self.smem_per_sm_bytes),
+            self.l1_line_bytes,
         )  # fmt: skip
 
     def summary(self) -> dict[str, Any]:

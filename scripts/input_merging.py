@@ -31,7 +31,7 @@ def errors(spec, path: str) -> dict[str, list[list[float]]]:
     for _, r, st, w, bps, ks in saved_runs.launched_records(spec, path):
         if not w.in_read or ks > 1:
             continue
-        core = coresident_share(w.nsp, w.nf, hw.sm_count, bps)
+        core = coresident_share(w.nsp, w.nf, hw.sm_count, bps, w.blocks if st.kind in model.FIRST_WAVE_KINDS else 0)
         merge = model.coalesced(w.nf, w.nsp, w.blocks, 1, hw)
         rest, floor = w.gma_read - w.in_read, 1.0 / max(w.nf, 1)
         got = r["measured"]["gma_read_bytes"]

@@ -171,6 +171,40 @@ def test_pw_whole_map_writes_channel_runs():
     assert (c.gma_read_bytes, c.gma_write_bytes) == (16_384, 1_024)
 
 
+def test_pw_weight_chunks_share_l1_lines():
+    # a squeeze-excite expansion on a 1x1 map, 20 -> 480, fp16, batch 1, tile 1x1/f64/c8: 8 filter
+    # tiles, each reading its 64 weight rows of 20 x 2 = 40 B in chunks of 8 channels (16 B)
+    # per chunk: rows start at 40 r, byte phases {0, 8, 16, 24} (gcd(40, 32) = 8), averaged:
+    #   chunk [0, 16): 1, 1, 1, 2 sectors -> 1.25; [16, 32): phases 16, 24, 0, 8 -> 1.25; [32, 40): 1
+    #   -> 3.5 a row x 480 = 1,680 + bias 480 x 4 B in 8 runs of 256 B (the last 128 B) = 60 -> 1,740
+    # L1 lines of one chunk: rows of 40 B are narrower than a 128-B line, so the tile's 64 x 40 =
+    #   2,560 B = 20 lines = 2,560 B <= the H100's L1 at its largest carveout, 262,144 - 233,472 =
+    #   28,672 B: the later chunks find their sectors in L1, L2 sees each filter tile's rows once:
+    #   64 x 40 = 2,560 B = 80 sectors x 7 + the last 32 rows' 1,280 B = 40 -> 600 + bias 60 = 660
+    # input: 20 planes of one 2-B pixel, a sector each, x nf 8 = 160 (no merging in this spec)
+    # read 660 + 160 = 820 sectors = 26,240 B (chunk by chunk: 1,740 + 160 = 1,900)
+    assert (H100.hw.l1_cache, H100.hw.l1_line) == (28_672, 128)
+    op = pw(20, 480, 1, 1)
+    assert estimate("pw", (op,), Tile(1, 1, 64, 8, 64), "fp16", 1, H100).gma_read_bytes == 26_240
+    km = cost_model.context("pw", (op,), "fp16")
+    w = km.work(Tile(1, 1, 64, 8, 64), 1, False)
+    got = km.l1_reuse(w, Tile(1, 1, 64, 8, 64), 1, 28_672, 128)
+    # the loads still ask for every chunk: what L2 no longer sees is an L1 hit
+    assert (w.w_read, got.w_read, got.l1_hits - w.l1_hits) == (1_740 * 32, 660 * 32, 1_080 * 32)
+    # in a cluster split neighbouring chunks go to different blocks; one chunk has nothing to share
+    assert km.l1_reuse(w, Tile(1, 1, 64, 8, 64), 2, 28_672, 128) == w
+    w32 = km.work(Tile(1, 1, 64, 32, 64), 1, False)
+    assert km.l1_reuse(w32, Tile(1, 1, 64, 32, 64), 1, 28_672, 128) == w32
+    # 120 -> 480 with 256 filters a tile: rows of 240 B take a line each, 256 x 128 = 32,768 B > 28,672:
+    # the lines are gone before the next chunk, which fetches its sectors again
+    big = cost_model.context("pw", (pw(120, 480, 1, 1),), "fp16")
+    w2 = big.work(Tile(1, 1, 256, 8, 64), 1, False)
+    assert big.l1_reuse(w2, Tile(1, 1, 256, 8, 64), 1, 28_672, 128) == w2
+    # with 128 filters a tile (16,384 B of lines) they stay
+    w3 = big.work(Tile(1, 1, 128, 8, 64), 1, False)
+    assert big.l1_reuse(w3, Tile(1, 1, 128, 8, 64), 1, 28_672, 128).w_read < w3.w_read
+
+
 def test_2d_gemm_runs_once_whatever_the_batch():
     # a Gemm over a (rows, C) matrix: its rows already are the batch (the kernel runs one sequence of
     # 8 tokens), so batch 8 must not multiply it again
@@ -276,6 +310,11 @@ def test_coresident_share_by_hand():
     # nsp 16: p = 4 < 5, but 4 x 132 = 528 >= 16 x 30 = 480 blocks: no block has an earlier twin
     assert coresident_share(16, 30, 132, 5) == 1.0
     assert coresident_share(4, 84, 132, 1) == 1.0  # one block per SM shares nothing
+    # the placement holds for the first wave only: 2 images of 336 blocks at 3 per SM, 396 in the
+    #   first wave: 396 / 672 of the blocks read 132 / 336 of their windows, the rest all of them:
+    #   396 / 672 x 132 / 336 + 276 / 672 = (155.57 + 276) / 672 = 0.6422
+    assert coresident_share(4, 84, 132, 3, 672) == pytest.approx(396 / 672 * 132 / 336 + 276 / 672)
+    assert coresident_share(4, 84, 132, 3, 336) == pytest.approx(132 / 336)  # one wave: as before
     assert coresident_share(4, 1, 132, 8) == 1.0  # one filter tile reads each window once
 
 

@@ -193,7 +193,8 @@ def launched(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, batch: int,
     flight, cluster split): the cluster split (`tiles.cluster_split`) worked out once, the work with
     it (it changes how the pw kernel stores), then `l1_filtered` and `scheduled`."""
     ks = tiles.cluster_split(kind, ops, tile, batch, gpu, dtype)
-    w = km.work(tile, batch, residual, precision=precision, ks=ks)
+    w = km.l1_reuse(km.work(tile, batch, residual, precision=precision, ks=ks), tile, ks, gpu.hw.l1_cache,
+                    gpu.hw.l1_line)
     w = l1_filtered(w, gpu.hw, dtype == "fp16", kind in tiles.FUSED_KINDS, ks)
     return (*scheduled(kind, ops, tile, dtype, w, ks), ks)
 
@@ -255,6 +256,15 @@ def issued(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, precision: st
 UNMERGED_INPUT_KINDS = frozenset({"pw_dw", "dw_pw"})
 
 
+#: Kinds whose co-resident window sharing (`traffic.coresident_share`) is limited to the launch's first
+#: wave: Nsight Compute on the H100 shows layer-by-layer PW launches of 1.5-7 waves reading 0.9-1.1 of
+#: their windows per filter tile from L2, where the whole-launch share gave 0.2-0.55. The fused kinds'
+#: multi-wave launches keep the whole-launch share: their counters go both ways (DW->PW at batch 4, 2-14
+#: waves: 0.35-0.9 of the modelled reads with it, 0.8-1.45 without; docs/validation.md, twenty-eighth
+#: session).
+FIRST_WAVE_KINDS = frozenset({"pw", "linear"})
+
+
 def _shared_weights(w: Work, bps: int, hw: Hw) -> Work:
     """`w` with the weights every block reads (`w_all_l2`) fetched once per SM for the blocks that
     run on it together: min(`bps`, blocks / SMs) blocks of an SM start together and copy the same
@@ -282,7 +292,7 @@ def coresident(w: Work, bps: int, ks: int, hw: Hw, kind: str) -> Work:
     w = _shared_weights(w, bps, hw)
     if not w.in_read:
         return w
-    share = coresident_share(w.nsp, w.nf, hw.sm_count, bps)
+    share = coresident_share(w.nsp, w.nf, hw.sm_count, bps, w.blocks if kind in FIRST_WAVE_KINDS else 0)
     if kind not in UNMERGED_INPUT_KINDS:
         share *= coalesced(w.nf, w.nsp, w.blocks, 1, hw)
     saved = w.in_read * (1.0 - max(share, 1.0 / max(w.nf, 1)))

@@ -119,6 +119,28 @@ class PwModel(KernelModel):
         return w._replace(gma_write=32.0 * b * per_image)
 
 
+    def l1_reuse(self, w: Work, tile: Tile, ks: int, cache: int, line: int) -> Work:
+        """A block reads its filter tile's weight rows chunk by chunk (`pw_weight_sectors`), and a sector
+        that two neighbouring chunks of a row share is fetched again by the later chunk unless L1 still
+        holds its line. It does when the lines one chunk of the tile touches (a line per row, or the
+        tile's bytes where rows are narrower than a line) fit in the L1 data cache: then L2 sees the
+        rows' distinct sectors once (`pw_weight_sectors` with one chunk). Not in a cluster split (`ks`
+        > 1: neighbouring chunks go to different blocks). The loads still request every chunk
+        (`l1_hits`). Nsight Compute on the H100 (docs/validation.md, twenty-eighth session): squeeze-
+        excite PW layers whose tf x C weight tile spans at most 28 KB of lines read their weights once,
+        those with 32 KB or more chunk by chunk; 28 KB is the H100's L1 at its largest carveout."""
+        g, e = self.gs[0], self.e
+        if ks > 1 or tile.tc >= g.c or not w.w_read:
+            return w
+        lines = min(tile.tf * line, cdiv(tile.tf * g.c * e, line) * line)
+        if lines > cache:
+            return w
+        saved = w.w_read * (1.0 - pw_weight_sectors(g, tile.tf, g.c, e) / pw_weight_sectors(g, tile.tf, tile.tc, e))
+        if saved <= 0.0:
+            return w
+        return w._replace(gma_read=w.gma_read - saved, w_read=w.w_read - saved, l1_hits=w.l1_hits + saved)
+
+
 def _variant(op: Op, tile: Tile, dtype: str, precision: str) -> dict:
     g = geom(op)
     return tiles.pw_variant(tile, dtype, precision, "linear" if g.tokens_major else "pw", g.wo, g.c)

@@ -162,19 +162,24 @@ def plane_windows_sectors(h: int, w: int, pt: int, pl: int, hh: int, ww: int, sh
     return total / len(phases), requested
 
 
-def coresident_share(nsp: int, nf: int, sms: int, bps: int) -> float:
-    """Share of the per-filter-tile input reads of a launch that reach L2 when co-resident blocks
-    of one SM share them through its L1 (`Co-resident re-reads` above): blocks k = x + nsp * y (x
-    the spatial tile, y the filter tile, per image) go to SM k mod `sms`, at most `bps` at a time,
-    so block k finds its window in L1 when block k - p*sms, p = nsp / gcd(nsp, sms), is the same
-    window of the same image and still resident (p < bps): the first p*sms blocks of each image
-    miss, the others hit."""
+def coresident_share(nsp: int, nf: int, sms: int, bps: int, blocks: int = 0) -> float:
+    """Share of the per-filter-tile input reads of a launch of `blocks` blocks that reach L2 when
+    co-resident blocks of one SM share them through its L1 (`Co-resident re-reads` above): blocks
+    k = x + nsp * y (x the spatial tile, y the filter tile, per image) go to SM k mod `sms`, at most
+    `bps` at a time, so block k finds its window in L1 when block k - p*sms, p = nsp / gcd(nsp, sms),
+    is the same window of the same image and still resident (p < bps): the first p*sms blocks of each
+    image miss, the others hit. That placement holds for the first wave (`sms` x `bps` blocks) only:
+    later blocks take whichever SM frees a slot first, away from their twins, and miss (Nsight Compute
+    on the H100, docs/validation.md, twenty-eighth session: PW launches of 1.5-7 waves read 0.9-1.1 of
+    their windows per filter tile from L2). `blocks` 0: one wave."""
     if nf <= 1 or bps <= 1:
         return 1.0
     p = nsp // gcd(nsp, sms)
     if p >= bps:
         return 1.0
-    return min(1.0, p * sms / (nsp * nf))
+    share = min(1.0, p * sms / (nsp * nf))
+    first = min(1.0, sms * bps / blocks) if blocks > 0 else 1.0
+    return first * share + (1.0 - first)
 
 
 def miss_fraction(footprint: float, capacity: float) -> float:

@@ -86,6 +86,11 @@ class KernelModel:
         (`precision`) or cluster split (`ks`); unchanged by default."""
         return w
 
+    def l1_reuse(self, w: Work, tile: Tile, ks: int, cache: int, line: int) -> Work:
+        """`w` with the reads that a block's L1 (`cache` bytes of `line`-byte lines) serves again across
+        its own channel chunks moved from `gma_read` to `l1_hits`; unchanged by default."""
+        return w
+
     def work(self, tile: Tile, b: int, residual: bool, *, precision: str = "fp32", ks: int = 1) -> Work:
         key = (tile.th, tile.tw)
         sp = self._sp.get(key)
