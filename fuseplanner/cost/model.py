@@ -259,9 +259,9 @@ UNMERGED_INPUT_KINDS = frozenset({"pw_dw", "dw_pw"})
 #: Kinds whose co-resident window sharing (`traffic.coresident_share`) is limited to the launch's first
 #: wave: Nsight Compute on the H100 shows layer-by-layer PW launches of 1.5-7 waves reading 0.9-1.1 of
 #: their windows per filter tile from L2, where the whole-launch share gave 0.2-0.55. The fused kinds'
-#: multi-wave launches keep the whole-launch share: their counters go both ways (DW->PW at batch 4, 2-14
-#: waves: 0.35-0.9 of the modelled reads with it, 0.8-1.45 without; docs/validation.md, twenty-eighth
-#: session).
+#: multi-wave launches keep the whole-launch share: limited to the first wave it moved their records
+#: both ways (MobileNetV1 fp16 batch 4 DW->PW launches of 1,024-14,336 blocks, predicted / measured GMA
+#: 0.89 -> 1.45 for some, 0.36 -> 0.96 for others; docs/validation.md, twenty-eighth session).
 FIRST_WAVE_KINDS = frozenset({"pw", "linear"})
 
 

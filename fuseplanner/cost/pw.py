@@ -118,7 +118,6 @@ class PwModel(KernelModel):
                                      tile.threads, ks, variant)  # fmt: skip
         return w._replace(gma_write=32.0 * b * per_image)
 
-
     def l1_reuse(self, w: Work, tile: Tile, ks: int, cache: int, line: int) -> Work:
         """A block reads its filter tile's weight rows chunk by chunk (`pw_weight_sectors`), and a sector
         that two neighbouring chunks of a row share is fetched again by the later chunk unless L1 still
