@@ -279,7 +279,6 @@ def _gemm_issue(g: tiles.BlockGemm, threads: int, prec: int, load_w: float) -> f
     return mma_tiles_issue(g.kp, threads // 32, mt, gm // 16, gn // 8, load_w)
 
 
-
 def _unit_split(g: tiles.BlockGemm, threads: int, prec: int) -> tuple[int, int, int]:
     """(GM, GN, groups of the busiest unit) of block GEMM `g` as the launcher splits it: threads x GM x GN
     register micro-tiles for exact fp32 (`tiles.fma_group`), warps x GM x GN tiles of 16 x 8 mma tiles
