@@ -66,7 +66,8 @@ def run_accuracy(spec, path) -> Accuracy:
     data = fit.repredict(report.load_results(path), spec)
     fuse = report.decisions(data)["groups"].values()
     meta = data["meta"]
-    return Accuracy(f"{meta['model']} {meta['dtype']} b{meta['batch']}",
+    mode = " tf32" if meta.get("precision") == "tf32" else ""
+    return Accuracy(f"{meta['model']} {meta['dtype']}{mode} b{meta['batch']} {meta.get('tiles', '')}".strip(),
                     {m: tuple(apes(data["records"], m)) for m in METRICS},
                     sum(1 for g in fuse if g["fuse_agrees"]), len(fuse), sum(g["chosen_s"] for g in fuse),
                     sum(g["best_s"] for g in fuse), sum(1 for g in fuse if g["chosen_s"] > 1.05 * g["best_s"]))  # fmt: skip
