@@ -8,10 +8,10 @@ of 1,970 launches on the H100 (a 256-thread exact-fp32 DW->PW block compiles to 
 two blocks per SM, not five). `COMPILED` holds what the compiler allocates, per kernel kind and
 storage dtype: a base per block size plus a slope per accumulated output, fitted by
 `scripts/register_fit.py` to the registers CuPy's NVRTC allocated to every launch of
-docs/validation/split-2026-11-23 (sm_90; `fuseplanner validate` records them in
+a set of H100 sweeps (sm_90; `fuseplanner validate` records them in
 `measured.kernels`). With it the implied blocks per SM match 1,628 of the 1,970 launches. The fused
 rows were refitted once the fused kernels were rewritten to issue fewer instructions, on the 1,136
-fused launches recorded with them (docs/validation/dwwindow-2026-11-23 and coresident-2026-11-23):
+fused launches recorded with them (H100 sweeps of MobileNetV2, MnasNet, EfficientNet-B0, MobileViT-XXS):
 blocks per SM now match 1,013 of them (808 with the earlier rows); the layer-by-layer rows (unchanged
 kernels) stay as they were.
 
@@ -68,7 +68,7 @@ def wanted(kind: str, tile: Tile, dtype: str, table: Mapping = COMPILED) -> int:
     compiler spills to local memory: on the H100, launches whose row says so ran 1.24x their predicted
     time in median (1.88x at the 90th percentile, against 1.05x and 1.32x for the others; 58 of 107
     had a stack frame, one 2,144 B deep at 32 registers that ran 6.4x), and the measured best tile of
-    only one of 668 groups was one of them (docs/validation.md, twenty-third session), so
+    only one of 668 groups was one of them (data/records/h100/fit), so
     `tiles.check` refuses them."""
     row = table.get((kind, dtype))
     if row is None:

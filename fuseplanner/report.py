@@ -663,8 +663,8 @@ def write_report(results: Mapping, out_dir: str | Path) -> dict[str, Any]:
 
 
 def load_results(path: str | Path) -> dict[str, Any]:
-    """Read a results document, gzip-compressed when its name ends in ``.gz`` (the older saved runs
-    under docs/validation keep theirs as ``results.json.gz``), checking its schema tag."""
+    """Read a results document, gzip-compressed when its name ends in ``.gz`` (the curated records
+    in data/records are ``.json.gz``), checking its schema tag."""
     from .errors import FusePlannerError
 
     try:

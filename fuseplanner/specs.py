@@ -61,26 +61,17 @@ MEASURABLE = (
 )
 
 #: Achieved FLOPs per warp per clock of fuseplanner's own kernels (the `*_warp_flops_per_cycle` fields),
-#: fitted by `fuseplanner calibrate --from-results` on the H100 validation records in docs/validation/
-#: (current kernels: every fused kind on the cp.async ring; MobileNetV2, MobileNetV3-Large, MnasNet,
-#: EfficientNet-B0 in fp32 and fp16, MobileViT-XXS in fp32; swept tiles; 1612 kernel sequences;
-#: docs/validation/ring-2026-11-23/h100_fit_all.toml). They are properties of the kernels'
+#: fitted by `fuseplanner calibrate --from-results` on H100 validation records (data/records/h100/fit,
+#: see data/records/README.md). They are properties of the kernels'
 #: instruction mix (shared-memory operand loads, barriers, dependent chains) more than of the chip, so
 #: per clock and per warp they are the best first guess on another GPU; calibrate there to replace them.
-#: The TF32 rates (layer-by-layer and fused) were fitted on one live TF32 run only (MobileNetV2 sweep,
-#: batch 1, docs/validation/live-2026-11-23b/tf32; `calibrate --fit` of just these two fields): not yet
-#: checked out of sample. The fused kernels' fp32/fp16 rates and warp exponent, the exact-fp32
-#: layer-by-layer PW rate, the co-residency exponent and the fused SM issue cap (set to 10 warps by a
-#: scan, the rest fitted with it) come from the H100 records of the fused kernels in use since the
-#: eleventh session, batch 1 and 8 together (docs/validation/smcap-2026-11-23/h100_fit.toml;
-#: docs/validation.md, thirteenth session). Since the eighteenth session the fused fields (rates,
-#: warp exponent, co-residency, SM cap) are fitted together with `fused_shared_load_weight` (3, chosen
-#: by a scan) and `fused_kernel_fixed_s` on the H100 records of that session's kernels
-#: (docs/validation/live-2026-11-24-s18/h100_fit.toml; checked live out of sample in
-#: docs/validation/live-2026-11-24-s18b). The twenty-fourth session refitted the fused fields with the
-#: new `fused_epilogue_weight` (16, chosen by scripts/field_scan.py), then the layer-by-layer ones, on
-#: the 4,119 counter records of ncu-2026-11-24-s19..s23 (current kernels, batch 1-8), and checked them
-#: on five new batch-8 sweeps (ncu-2026-11-24-s24); the commands are in gpu_specs/h100.toml.
+#: The TF32 rates (layer-by-layer and fused) were fitted on two TF32 sweeps only (MobileNetV2 and
+#: MobileNetV3-Large, batch 1): not yet checked out of sample. The fused fields (rates, warp exponent,
+#: co-residency, SM issue cap, `fused_kernel_fixed_s`) were fitted together with
+#: `fused_shared_load_weight` (3) and `fused_epilogue_weight` (16), both chosen by scans
+#: (scripts/field_scan.py), then the layer-by-layer ones, on the 4,119 timed counter records of
+#: data/records/h100/fit (batch 1-8, fp32 and fp16), and scored on data/records/h100/holdout; the
+#: commands are in gpu_specs/h100.toml.
 KERNEL_RATE_DEFAULTS: dict[str, float] = {
     "dw_warp_flops_per_cycle_fp32": 1.06,
     "dw_warp_flops_per_cycle_fp16": 1.166,

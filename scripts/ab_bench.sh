@@ -4,7 +4,7 @@
 # (or, when OLD_SOURCE is a directory, whose files are replaced by those under it: a change that also
 # touches the launcher), then on this tree, and writes OUTDIR/{old,new}/bench_kernels.{md,json}.
 #
-#   git show f14cbcd:kernels/pw.cu > pw_old.cu   # inside the working tree, so that it travels to the GPU machine
+#   git show HEAD~1:kernels/pw.cu > pw_old.cu   # inside the working tree, so that it travels to the GPU machine
 #   ONLY=pw_ BATCHES=1,8 MODES=fp32,tf32,fp16 bash scripts/ab_bench.sh OUTDIR kernels/pw.cu pw_old.cu
 #   mkdir ab_old && git archive HEAD fuseplanner kernels | tar -x -C ab_old
 #   ONLY=dw_ MODES=fp32,fp16 bash scripts/ab_bench.sh OUTDIR kernels/dw.cu ab_old

@@ -1,6 +1,6 @@
 """Median predicted/measured time of validation records by batch, kernel kind and threads per block.
 
-    python3 scripts/bias_by_threads.py docs/validation/live-2026-11-23b/b[18]/runs/*/results.json.gz
+    python3 scripts/bias_by_threads.py data/records/h100/*/*.json.gz
 
 Uses the predictions stored in the records (the spec they were validated with) and the cold measured
 times; single-launch records only.

@@ -2,7 +2,7 @@
 with a spec (no GPU): per group its kind, its layers, the planner's predicted and the measured time
 fused (the tile the planner would take) and unfused, and the measured gap.
 
-    python3 scripts/decision_misses.py --gpu h100 docs/validation/live-2026-11-24-s17/*/runs/*/results.json.gz
+    python3 scripts/decision_misses.py --gpu h100 data/records/h100/holdout/*.json.gz
 """
 
 from __future__ import annotations

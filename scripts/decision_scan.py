@@ -6,7 +6,7 @@ measured unfused / best-swept-fused time (what the report's decisions count). Pr
 decisions at each `fuse_min_speedup` in a range, the Spearman correlation of predicted and measured
 ratios, and the groups that disagree at the spec's own threshold.
 
-    python3 scripts/decision_scan.py --gpu h100 docs/validation/ring-2026-11-23/*/results.json.gz
+    python3 scripts/decision_scan.py --gpu h100 data/records/h100/holdout/*.json.gz
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 each group (no GPU): `fit.repredict` re-plans every group among its measured tiles and
 `report.decisions` says whether each plan agrees with the measured outcome.
 
-    python3 scripts/decisions_by_dw_kernel.py --gpu h100 docs/validation/live-2026-11-23c/fp16b8/runs/*/results.json.gz
+    python3 scripts/decisions_by_dw_kernel.py --gpu h100 data/records/h100/*/*-fp16-b8-*.json.gz
 """
 
 from __future__ import annotations

@@ -2,13 +2,12 @@
 fields named by --fit are fitted (`fit.fit_spec`, as `fuseplanner calibrate --from-results --fit` does)
 on the --train records with the scanned field held at that value, and the fitted spec is scored on the
 train and --test records: median / p90 absolute time error over all launches and over the fused ones,
-and agreeing fuse decisions (fit.decision_agreement's planned-tile pairs). How the twenty-fourth
-session chose `fused_epilogue_weight` (docs/validation.md):
+and agreeing fuse decisions (fit.decision_agreement's planned-tile pairs). How `fused_epilogue_weight`
+was chosen:
 
     python3 scripts/field_scan.py --gpu h100 --field fused_epilogue_weight --values 0,2,4,8,16,24,48 \\
         --fit fused_pw_warp_flops_per_cycle_fp32,fused_pw_warp_flops_per_cycle_fp16,fused_dw_warp_flops_per_cycle,fused_block_warp_exponent,coresident_exponent,fused_sm_issue_warps,fused_kernel_fixed_s,fuse_min_speedup \\
-        --train 'docs/validation/ncu-2026-11-24-s19/*/runs/*/results.json' 'docs/validation/ncu-2026-11-24-s2[012]/*/runs/*/results.json' \\
-        --test 'docs/validation/ncu-2026-11-24-s23/*/runs/*/results.json' --json scan.json
+        --train 'data/records/h100/fit/*.json.gz' --test 'data/records/h100/holdout/*.json.gz' --json scan.json
 
 Each value replaces the field in the spec (schema value and any measured one), so 0 switches a term off.
 The fitted fields start from the spec's values: a re-run after those were refitted starts elsewhere.

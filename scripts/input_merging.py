@@ -4,7 +4,7 @@ by L2's merging (`coalesced`); this replays every single-kernel counter record w
 alone and neither, and prints the median and 90th percentile of |log(predicted / measured reads)|.
 Cluster launches are left out (their re-reads are never scaled).
 
-    python3 scripts/input_merging.py --gpu h100 docs/validation/ncu-2026-11-24-s*/*/runs/*/results.json
+    python3 scripts/input_merging.py --gpu h100 data/records/h100/*/*.json.gz
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ best measured tile, what those choices cost, the same for the tile the spec pred
 measured ones (the choice it would make there), the median rank correlation over the layers' tiles, and
 predicted / measured time of the layers' planned tiles and of their alternatives, by kernel kind.
 
-    python3 scripts/layer_sweeps.py --gpu h100 docs/validation/ncu-2026-11-24-s26/*/runs/*/results.json
+    python3 scripts/layer_sweeps.py --gpu h100 data/records/h100/holdout/*-layers.json.gz
 """
 
 from __future__ import annotations

@@ -9,8 +9,7 @@ re-predict TRAIN and TEST and print fuse decisions agreeing and the median time 
                     (0: none)
 
     python3 scripts/model_scan.py --exponent 0.908,0.8,0.7,0.6,0.5 \\
-        --train 'docs/validation/coresident-2026-11-23/*/*/results.json.gz' \\
-        --test 'docs/validation/live-2026-11-23b/b[18]/runs/*/results.json.gz'
+        --train 'data/records/h100/fit/*.json.gz' --test 'data/records/h100/holdout/*.json.gz'
     python3 scripts/model_scan.py --sm-cap 0,8,10,12 --fit fused_pw_warp_flops_per_cycle_fp32,\\
 fused_pw_warp_flops_per_cycle_fp16,fused_block_warp_exponent,coresident_exponent --train ... --test ...
 """

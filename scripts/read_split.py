@@ -4,7 +4,7 @@ measured reads, then the activation (input windows, residual) and weight parts o
 `model.launched` (L2 merging, cluster split) and `model.coresident` (L1 sharing), as fractions of the
 measured reads. A weight share above 1 alone says the model counts more weight reads than L2 saw.
 
-    python3 scripts/read_split.py --gpu h100 --kind pw docs/validation/ncu-2026-11-24-s21/g/runs/*/results.json
+    python3 scripts/read_split.py --gpu h100 --kind pw data/records/h100/fit/*-b4-sweep.json.gz
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 `fuseplanner validate` records on a GPU (`measured.kernels`: the registers CuPy's NVRTC allocated to
 every launch). No GPU needed.
 
-    python3 scripts/register_fit.py docs/validation/split-2026-11-23/*/results.json.gz
+    python3 scripts/register_fit.py data/records/h100/*/*.json.gz
 
 Per (kernel kind, storage dtype): registers = base(threads per block) + slope x outputs per thread,
 the slope by least squares over the distinct compiled kernels (clipped to 0..MAX_SLOPE: an

@@ -1,7 +1,7 @@
 """Registers nvcc allocates to the fused kernels of saved validation records, against the cost model's
 estimate (`tiles.regs_per_thread`) and the blocks per SM each implies. Needs nvcc on PATH (no GPU).
 
-    python3 scripts/register_survey.py docs/validation/ring-2026-11-23/*/results.json.gz [--jobs 2] [--json OUT]
+    python3 scripts/register_survey.py data/records/h100/holdout/*.json.gz [--jobs 2] [--json OUT]
 
 Prints, per kernel kind and storage dtype, the median ratio of allocated to estimated registers and how
 many distinct tiles the estimate gives more blocks per SM than the compiler's count allows.

@@ -1,11 +1,10 @@
 """Measured minus predicted time by launches per record (no GPU needed): whether a kernel timed alone and
 the same kernels timed back to back are predicted alike. For each (launches, layer-by-layer or fused,
 dtype) and predicted-time band: records, median measured - predicted (us) and median measured /
-predicted. How the twenty-fifth session found lone layer-by-layer launches predicted 1.1-1.2x short and
-three-launch sequences 0.9-0.95x long (docs/validation.md):
+predicted. It showed lone layer-by-layer launches predicted 1.1-1.2x short and three-launch sequences
+0.9-0.95x long (docs/validation.md, known weak spots):
 
-    python3 scripts/sequence_bias.py --gpu h100 $(find docs/validation/ncu-2026-11-24-s19 \\
-        docs/validation/ncu-2026-11-24-s2* -name results.json)
+    python3 scripts/sequence_bias.py --gpu h100 data/records/h100/*/*.json.gz
 """
 
 from __future__ import annotations

@@ -3,13 +3,13 @@
 `fuseplanner calibrate --from-results --fit` fits on every record; this keeps the records that are one pw
 or linear launch (planned layers, group members alone, layer tile alternatives), so that the
 layer-by-layer PW fields are fitted on what they alone predict, and prints the median / p90 of
-|log(predicted / measured)| before and after, overall and per storage dtype. How the twenty-seventh
-session fitted its layer-by-layer start values (docs/validation.md):
+|log(predicted / measured)| before and after, overall and per storage dtype. How the layer-by-layer
+start values of a trial refit were fitted:
 
     python3 scripts/single_pw_fit.py --gpu h100 \\
         --start '{"pw_shared_load_weight": 2, "pw_mma_load_weight": 2, "sm_issue_warps": 4, "pw_warp_flops_per_cycle_fp32": 17, "pw_warp_flops_per_cycle_fp16": 30}' \\
         --fit pw_warp_flops_per_cycle_fp32,pw_warp_flops_per_cycle_fp16,pw_warp_flops_per_cycle_tf32,pw_shared_load_weight,pw_mma_load_weight,sm_issue_warps \\
-        docs/validation/ncu-2026-11-24-s19/*/runs/*/results.json docs/validation/ncu-2026-11-24-s2[0-6]/*/runs/*/results.json
+        data/records/h100/*/*.json.gz
 
 --start sets fields before the fit (as [measured] values); the fitted values print as JSON.
 """

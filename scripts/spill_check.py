@@ -4,7 +4,7 @@ can have, against the others, in saved validation runs (no GPU): measured / reco
 groups the measured fastest fused tile is one of them. The evidence for refusing such tiles
 (`tiles.check`).
 
-    python3 scripts/spill_check.py docs/validation/ncu-2026-11-24-s2*/*/runs/*/results.json
+    python3 scripts/spill_check.py data/records/h100/*/*.json.gz
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Compute counted are used. Per kind and dtype: the records, the 10th percentile, 
 percentile of measured / predicted bytes, and how many are off by more than 10%; then per kind the
 GMA (reads + writes) absolute percentage error: median, 90th percentile, records above 25%.
 
-    python3 scripts/traffic_ratios.py --gpu h100 docs/validation/ncu-2026-11-24-s21/*/runs/*/results.json
+    python3 scripts/traffic_ratios.py --gpu h100 data/records/h100/fit/*.json.gz
 """
 
 from __future__ import annotations

@@ -778,7 +778,7 @@ def test_pw_dw_and_dw_pw_input_rereads_do_not_merge_in_l2():
     # filter tile (in_read), one block per SM (no L1 sharing). Where L2 merges them (pw_pw, pw_dw_pw):
     # the 4 readers of a window are 2 blocks apart among the launch's first 8, which one GPC's run
     # holds: 4 / 3.77 = 1.061 reads of 4 -> 1,000 x (1 - 1.061 / 4) = 734.7 B never reach L2. PW->DW and
-    # DW->PW launches read theirs once per filter tile (Nsight Compute, twenty-first session): nothing.
+    # DW->PW launches read theirs once per filter tile (Nsight Compute, data/records/h100): nothing.
     hw = replace_spec(H100, l2_coalesce_blocks=3.77).hw
     w = Work(2_000, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, blocks=8, nf=4, nsp=2, in_read=1_000)
     merged = cost_model.coresident(w, 1, 1, hw, "pw_pw")

@@ -44,7 +44,7 @@ CASES = [
     ("pw_pw", (Q7 := conv("q", "pw", 1152, 320, 7, act=None), R7 := conv("r", "pw", 320, 1280, 7, act="silu")),
      Tile(1, 4, 32, 16, 64)),
     # a squeeze-excite pair on a 1x1 map: one-column fp16 tiles stage through registers (XA 0); the
-    # 4-byte copy path must not be compiled for them (it failed with a division by zero until 2026-11-24)
+    # 4-byte copy path must not be compiled for them (it once failed with a division by zero)
     ("pw_pw", (conv("q", "pw", 480, 120, 1), conv("r", "pw", 120, 480, 1, act="hardsigmoid")), Tile(1, 1, 256, 64, 256)),
 ]
 MODES = [("fp32", "fp32"), ("fp32", "tf32"), ("fp16", "fp32")]

@@ -10,7 +10,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import probe_copy  # noqa: E402
 
-RECORDS = ROOT / "docs" / "validation" / "copy-2026-11-24-s20"
+RECORDS = Path(__file__).parent / "fixtures" / "probe_copy"  # two configs of an H100 copy-probe run
 
 
 def test_parametric_patterns():

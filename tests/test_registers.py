@@ -20,7 +20,7 @@ from fuseplanner.specs import GpuSpec, gpu
 H100 = gpu("h100")
 
 #: DW->PW and DW rows of the compiled-register table pinned at the values the hand arithmetic below
-#: uses (the fit of docs/validation/split-2026-11-23), so that a refit of the bundled table after a
+#: uses (an earlier fit of the table), so that a refit of the bundled table after a
 #: kernel change does not move these cases.
 PINNED = {("dw_pw", "fp32"): (1.14, {64: 88, 128: 78, 256: 111}), ("dw_pw", "fp16"): (1.04, {64: 76, 128: 68, 256: 73}),
           ("dw", "fp32"): (0.0, {64: 32, 128: 32, 256: 34})}
@@ -41,7 +41,7 @@ def test_allocated_from_the_table_by_hand():
     assert registers.allocated("dw", Tile(8, 8, 8, 8, 128), "fp32", PINNED) == 32
     # 64-thread dw_pw fp32 of 196 outputs a thread: 88 + 1.14 x 196 = 311 -> the 255 ceiling
     assert registers.allocated("dw_pw", Tile(7, 7, 256, 8, 64), "fp32", PINNED) == 255
-    # the bundled table (refitted for the kernels of docs/validation/dwwindow-2026-11-23): 61 + 1.31 x 2 = 63.62 -> 64
+    # the bundled table (refitted for the current fused kernels): 61 + 1.31 x 2 = 63.62 -> 64
     assert registers.allocated("dw_pw", Tile(1, 4, 128, 32, 256), "fp32") == 64
 
 
@@ -75,7 +75,7 @@ def test_feasibility_rejects_by_registers_with_reason():
 
 
 def test_tiles_the_compiler_would_spill_are_refused():
-    # MobileNetV1's fp16 DW->PW at batch 8 (the H100 sweep `p` of the twenty-third session): 28 x 14
+    # MobileNetV1's fp16 DW->PW at batch 8 (data/records/h100/fit/mobilenet_v1-fp16-b8-sweep): 28 x 14
     # pixels x 128 filters over 256 threads = 196 outputs a thread; the fp16 dw_pw row gives
     # 61 + 1.07 x 196 = 270.7 -> 271 > 255 registers (it compiled to 32 registers and a 2,144-B stack
     # frame and ran 6.4x its predicted time); 4 x 56 x 128 (112 outputs) wants 61 + 119.8 -> 181

@@ -222,7 +222,7 @@ def test_bad_results_file(tmp_path):
 
 
 def test_load_results_reads_gzip(tmp_path, results):
-    # the saved runs under docs/validation keep their results as results.json.gz
+    # the curated records in data/records are gzip-compressed results documents
     plain, packed = tmp_path / "results.json", tmp_path / "results.json.gz"
     shutil.copy(FIX, plain)
     packed.write_bytes(gzip.compress(FIX.read_bytes()))

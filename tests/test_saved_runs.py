@@ -12,7 +12,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import saved_runs  # noqa: E402
 
-RUN = ROOT / "docs/validation/ncu-2026-11-24-s20/d/runs/efficientnet_b0-fp32-sweep/results.json"
+RECORDS = ROOT / "data/records/h100"
+RUN = RECORDS / "fit/efficientnet_b0-fp32-b1-sweep.json.gz"
 
 
 def test_parse_returns_spec_and_paths():
@@ -24,8 +25,8 @@ def test_parse_returns_spec_and_paths():
     ("argv", "message"),
     [
         (
-            ["docs/validation/nothing-*/results.json"],
-            "no such results file: docs/validation/nothing-*/results.json",
+            ["data/records/nothing-*/results.json"],
+            "no such results file: data/records/nothing-*/results.json",
         ),
         (["--gpu", "no_such_gpu", str(RUN)], "no_such_gpu"),
     ],
@@ -39,26 +40,26 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
 
 
 def test_parse_accepts_gzipped_runs_and_their_globs(tmp_path):
-    packed = tmp_path / "results.json.gz"
-    packed.write_bytes(gzip.compress(RUN.read_bytes()))
-    assert saved_runs.parse("doc", [str(packed)])[1] == [str(packed)]
-    # a glob the docs cite over the compressed runs, as the shell expands it
-    runs = sorted(glob.glob(str(ROOT / "docs/validation/ring-2026-11-23/*/results.json.gz")))
-    assert len(runs) == 9 and saved_runs.parse("doc", runs)[1] == runs
+    plain = tmp_path / "results.json"
+    plain.write_bytes(gzip.decompress(RUN.read_bytes()))
+    assert saved_runs.parse("doc", [str(plain)])[1] == [str(plain)]
+    # a glob over the curated set, as the shell expands it
+    runs = sorted(glob.glob(str(RECORDS / "fit/*.json.gz")))
+    assert len(runs) == 29 and saved_runs.parse("doc", runs)[1] == runs
     # a compressed run reads as its plain file does
     spec = saved_runs.specs.gpu("h100")
 
     def launched(path):
         return [(run, r["id"], st.kind) for run, r, st, *_ in saved_runs.launched_records(spec, str(path))]
 
-    assert launched(RUN) and launched(packed) == launched(RUN)
+    assert launched(RUN) and launched(plain) == launched(RUN)
 
 
 def test_unmatched_gzip_glob_is_one_line_and_exit_2(capsys):
     with pytest.raises(SystemExit) as exc:
-        saved_runs.parse("doc", ["docs/validation/nothing-*/results.json.gz"])
+        saved_runs.parse("doc", ["data/records/nothing-*/results.json.gz"])
     assert exc.value.code == 2
-    assert "no such results file: docs/validation/nothing-*/results.json.gz" in capsys.readouterr().err
+    assert "no such results file: data/records/nothing-*/results.json.gz" in capsys.readouterr().err
 
 
 def test_parse_with_adds_a_scripts_own_options():
@@ -132,7 +133,7 @@ def test_spill_check_splits_launches_at_the_register_ceiling(capsys):
     from fuseplanner import registers, report
     from fuseplanner.ir import Tile
 
-    run = ROOT / "docs/validation/ncu-2026-11-24-s23/p/runs/mobilenet_v1-fp16-sweep/results.json"
+    run = RECORDS / "fit/mobilenet_v1-fp16-b8-sweep.json.gz"
     ratios, frames, best = spill_check.scan([str(run)])
     data = report.load_results(str(run))
     # the DW->PW tile 28 x 14 x 128 of g2 wants 271 registers (61 + 1.07 x 196) and ran 186 us

@@ -337,7 +337,7 @@ def epilogue_issue(kind: str, ops: tuple, tile: Tile, ks: int, epi_w: float, loa
 #: Fused kinds whose first block GEMM stores the expansion's staged window through `window_epilogue`
 #: (kernels/fused_common.cuh: bias + ACT1, 0 outside the map or past the channels, a shared store per
 #: element): pw_dw_pw in every chunk, pw_dw in its last (its other chunks add their products to the
-#: sums in shared memory; charging those too measured worse, docs/validation.md, twenty-fifth session).
+#: sums in shared memory; charging those too fitted the records of data/records/h100 worse).
 WINDOW_EPILOGUE_KINDS = frozenset({"pw_dw", "pw_dw_pw"})
 
 

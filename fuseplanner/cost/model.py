@@ -111,8 +111,7 @@ def coalesced(readers: int, spacing: float, launch: int, cluster: int, hw: Hw) -
     """Share of `readers` blocks' reads of the same sectors that reach L2, the readers `spacing`
     blocks apart in a grid of `launch` blocks (in thread-block clusters of `cluster`). L2 sees one read
     per `coalesce` readers that run in step on SMs of one GPC and never one read for two GPCs
-    (benchmarks/probe_copy.py on the H100 and the kernels' counters; docs/validation.md, twentieth
-    session):
+    (benchmarks/probe_copy.py on the H100 and the kernels' counters in data/records/h100):
 
     - the block scheduler places `gpc_chunk` consecutive blocks on one GPC, and the readers among them
       run in step (4 consecutive readers read once; readers `coalesce` or more apart each);
@@ -144,8 +143,8 @@ def weight_readers(w: Work, ks: int, hw: Hw) -> tuple[int, float]:
     `nsp x nf x ks` blocks later. Those of every image are readers together where they run in step:
     clusters (which merge once per GPC across the launch), and images whose groups fall within one GPC's
     run of `gpc_chunk` blocks (on average `nf x ks` blocks per reader). Otherwise each image's reads
-    merge on their own (the same share for all). Nsight Compute on the H100 (docs/validation.md,
-    twenty-first session): squeeze-excite PW layers and DW->PW clusters at batch 4 read their weights
+    merge on their own (the same share for all). Nsight Compute on the H100 (data/records/h100):
+    squeeze-excite PW layers and DW->PW clusters at batch 4 read their weights
     1.5-4x fewer times than counted per image."""
     images = w.blocks // max(1, w.nsp * w.nf)
     period = w.nsp * w.nf * ks
@@ -250,8 +249,8 @@ def issued(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, precision: st
 #: Fused kinds whose filter tiles' re-reads of an input window L2 does not merge: Nsight Compute on the
 #: H100 shows PW->DW and DW->PW launches of 8-64 blocks (2 spatial tiles, 4-8 filter tiles) reading their
 #: windows once per filter tile, where `coalesced` merges 4 readers 2 blocks apart into one; the
-#: layer-by-layer PW, pw_pw and pw_dw_pw inputs merge as it says (docs/validation.md, twenty-first
-#: session). Why these two kinds differ is not known: their windows are halo windows copied per
+#: layer-by-layer PW, pw_pw and pw_dw_pw inputs merge as it says (records in data/records/h100).
+#: Why these two kinds differ is not known: their windows are halo windows copied per
 #: channel chunk with 4-byte copies, the others' 16-byte tiles or one staged window.
 UNMERGED_INPUT_KINDS = frozenset({"pw_dw", "dw_pw"})
 
@@ -261,7 +260,7 @@ UNMERGED_INPUT_KINDS = frozenset({"pw_dw", "dw_pw"})
 #: their windows per filter tile from L2, where the whole-launch share gave 0.2-0.55. The fused kinds'
 #: multi-wave launches keep the whole-launch share: limited to the first wave it moved their records
 #: both ways (MobileNetV1 fp16 batch 4 DW->PW launches of 1,024-14,336 blocks, predicted / measured GMA
-#: 0.89 -> 1.45 for some, 0.36 -> 0.96 for others; docs/validation.md, twenty-eighth session).
+#: 0.89 -> 1.45 for some, 0.36 -> 0.96 for others; data/records/h100/holdout).
 FIRST_WAVE_KINDS = frozenset({"pw", "linear"})
 
 

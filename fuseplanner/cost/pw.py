@@ -125,7 +125,7 @@ class PwModel(KernelModel):
         tile's bytes where rows are narrower than a line) fit in the L1 data cache: then L2 sees the
         rows' distinct sectors once (`pw_weight_sectors` with one chunk). Not in a cluster split (`ks`
         > 1: neighbouring chunks go to different blocks). The loads still request every chunk
-        (`l1_hits`). Nsight Compute on the H100 (docs/validation.md, twenty-eighth session): squeeze-
+        (`l1_hits`). Nsight Compute on the H100 (layer sweeps in data/records/h100/holdout): squeeze-
         excite PW layers whose tf x C weight tile spans at most 28 KB of lines read their weights once,
         those with 32 KB or more chunk by chunk; 28 KB is the H100's L1 at its largest carveout."""
         g, e = self.gs[0], self.e

@@ -23,7 +23,7 @@ another:
   vectors that cover a halo row from its start rounded down to VEC, NY the window's rows, V = 1;
   units outside the map are not loaded (zero-filled).
 
-Nsight Compute on the H100 (docs/validation.md, twenty-second session): 644 PW->DW launches at batch
+Nsight Compute on the H100 (data/records/h100): 644 PW->DW launches at batch
 1-8, fp32 and fp16, measured writes / this count: median 1.000, 10th-90th percentile 0.946-1.014 (the
 per-row-segment count with narrow-row sharing it replaces: 0.36-1.37); 51 layer-by-layer DW launches,
 measured input reads / this count 0.82-1.01, median 0.96 (the per-plane distinct count it replaces:

@@ -8,7 +8,7 @@ chain = iters * latency / depth + memory + own compute
   (layer-by-layer) or `fused_kernel_fixed_s` (fused kinds), what a launch of these kernels takes
   beyond it whatever its work (first touches after the L2 flush, prologue, tail). Without it the
   H100 records showed time growing slower than the model's work: fused launches predicted under
-  10 us ran 1.26x longer, those over 70 us 0.80x as long (docs/validation.md, eighteenth session).
+  10 us ran 1.26x longer, those over 70 us 0.80x as long (H100 runs of an earlier kernel version).
 - waves: blocks run in waves of sm_count * blocks_per_sm; the last, partial wave runs
   ceil(rest / sm_count) blocks on min(rest, sm_count) SMs (wave quantisation). A launch of thread-block
   clusters of 4 or more blocks gets only the `cluster_sms` SMs that whole clusters fill (the scheduler
@@ -51,7 +51,7 @@ chain = iters * latency / depth + memory + own compute
   `fused_sm_issue_warps` warps' rate (the fused warp rates x this), however many blocks it holds: the
   fused kernels' inner loops are bound by the SM's shared-memory and issue bandwidth, which one block
   of 8 warps nearly fills. On the H100 three co-resident 256-thread blocks of a PW->DW->PW tile ran
-  no faster per SM than one (docs/validation.md, thirteenth session); the co-residency term alone
+  no faster per SM than one (H100 runs of an earlier kernel version); the co-residency term alone
   (r ** 0.2) said 2.4x faster.
 """
 

@@ -170,7 +170,7 @@ def coresident_share(nsp: int, nf: int, sms: int, bps: int, blocks: int = 0) -> 
     is the same window of the same image and still resident (p < bps): the first p*sms blocks of each
     image miss, the others hit. That placement holds for the first wave (`sms` x `bps` blocks) only:
     later blocks take whichever SM frees a slot first, away from their twins, and miss (Nsight Compute
-    on the H100, docs/validation.md, twenty-eighth session: PW launches of 1.5-7 waves read 0.9-1.1 of
+    on the H100, layer sweeps in data/records/h100/holdout: PW launches of 1.5-7 waves read 0.9-1.1 of
     their windows per filter tile from L2). `blocks` 0: one wave."""
     if nf <= 1 or bps <= 1:
         return 1.0

@@ -270,7 +270,7 @@ def test_fp16_odd_width_halo(kind, k, s, pad, offset):
 @pytest.mark.parametrize("dtype,precision", MODES)
 def test_squeeze_excite_pair_on_a_one_pixel_map(dtype, precision):
     """MobileNetV3's squeeze-excite pairs (1x1 maps) at one-column tiles: fp16 stages them through
-    registers; until 2026-11-24 the kernel also compiled the 4-byte copy path and failed to build."""
+    registers; the kernel once also compiled the 4-byte copy path there and failed to build."""
     ops = (conv_op("q", "pw", 480, 120, 1, 1, act="relu", batch=2),
            conv_op("r", "pw", 120, 480, 1, 1, act="hardsigmoid", batch=2))
     ran = 0
