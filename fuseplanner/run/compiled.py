@@ -21,7 +21,8 @@ import numpy as np
 import onnx
 
 from fuseplanner.errors import DeviceError, ModelError, PlanError
-from fuseplanner.run.program import KernelStep, Program, build_program, lib_module, precheck_supported
+from fuseplanner.run import program as program_mod
+from fuseplanner.run.program import KernelStep, Program, build_program, precheck_supported
 from fuseplanner.run.runtime import Bound, bind
 
 DTYPES = ("fp32", "fp16")
@@ -181,7 +182,7 @@ def compile(model, spec=None, plan=None, *, dtype: str = "fp32", precision: str 
         raise PlanError(f"bad options dtype={dtype!r} precision={precision!r} device={device!r}: use dtype fp32|fp16, "
                         "precision fp32|tf32, device gpu|cpu")  # fmt: skip
     prepared, graph, _ = _load_model(model, input_shapes, batch, seed)
-    ops_lib = ops_lib or lib_module()
+    ops_lib = ops_lib or program_mod.lib_module()
     precheck_supported(prepared, graph, ops_lib.SUPPORTED)
     if device == "gpu":
         from fuseplanner.kernels import require_device
