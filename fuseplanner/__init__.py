@@ -14,6 +14,8 @@ _LAZY = {
     "GpuSpec": ("specs", "GpuSpec"),
     "plan": ("planner", "plan"),
     "Plan": ("plans", "Plan"),
+    "compile": ("run.compiled", "compile"),
+    "CompiledModel": ("run.compiled", "CompiledModel"),
 }
 
 
@@ -33,6 +35,8 @@ __all__ = [
     "GpuSpec",
     "plan",
     "Plan",
+    "compile",
+    "CompiledModel",
     "__version__",
     "Cost",
     "DeviceError",

@@ -1,0 +1,145 @@
+"""`fuseplanner run MODEL`: run the whole planned model (CuPy, CUDA graph), check it, time it.
+
+The check's metric is the relative L2 error ||out - ref||_2 / ||ref||_2 of each output against
+onnxruntime (CPU) on the same weights and inputs, maximum over outputs; tolerances exact fp32 1e-4,
+TF32 5e-3, fp16 2e-2. Exit 1 when the check fails; bad input is one `error:` line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fuseplanner.cli.common import add_model_arguments, parse_input_shapes, positive_int
+from fuseplanner.errors import ModelError, PlanError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="run the whole planned model on the GPU (CUDA graph), check it against onnxruntime, time it",
+        description="Compile the model as planned (fused groups and planned layers on fuseplanner's kernels, "
+        "every other node in the operator library), run it, and optionally check its outputs against "
+        "onnxruntime (relative L2 error per output, max over outputs) and time CUDA-graph replays. "
+        "Structure-only models run with seeded weights at the exporter's initialisation scale.",
+    )
+    add_model_arguments(p)
+    p.add_argument("--gpu", default="auto", metavar="auto|NAME", help="GPU spec (default auto: this GPU)")
+    p.add_argument("--plan", default=None, metavar="PLAN.json", help="run this plan (default: plan it now)")
+    p.add_argument("--no-fuse", action="store_true", help="no fusion: every dw/pw/linear op on its own kernel")
+    p.add_argument("--dtype", choices=("fp32", "fp16"), default="fp32", help="storage dtype (default fp32)")
+    p.add_argument("--precision", choices=("fp32", "tf32"), default="fp32", help="fp32 exact or TF32 math")
+    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                   help="an input array (default: seeded standard-normal inputs)")
+    p.add_argument("--output", default=None, metavar="OUT.npz", help="write the outputs")
+    p.add_argument("--check", action="store_true", help="compare the outputs with onnxruntime (CPU)")
+    p.add_argument("--bench", action="store_true", help="time CUDA-graph replays (median, p10, p90)")
+    p.add_argument("--replays", type=positive_int, default=200, metavar="N", help="replays for --bench (default 200)")
+    p.add_argument("--device", choices=("gpu", "cpu"), default="gpu",
+                   help="gpu (default) or cpu (NumPy, planned kernels by the float64 reference)")
+    p.add_argument("--seed", type=int, default=0, help="seed of generated weights and inputs (default 0)")
+    p.set_defaults(func=run)
+
+
+def _input_files(items: list[str]) -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ModelError(f"bad --input {item!r}: write NAME=FILE.npy")
+        if not Path(path).is_file():
+            raise ModelError(f"--input {name}: file {path!r} does not exist")
+        out[name] = Path(path)
+    return out
+
+
+def _check_args(args: argparse.Namespace) -> dict[str, Path]:
+    if args.plan and args.no_fuse:
+        raise PlanError("give either --plan or --no-fuse, not both")
+    if args.bench and args.device != "gpu":
+        raise PlanError("--bench times CUDA-graph replays: it needs --device gpu")
+    if args.output:
+        from fuseplanner.cli.cmd_plan import check_output_path
+
+        check_output_path(args.output, "--output")
+    return _input_files(args.input)
+
+
+def _inputs(net, files: dict[str, Path], seed: int) -> dict:
+    import numpy as np
+
+    unknown = sorted(set(files) - set(net.input_names))
+    if unknown:
+        raise ModelError(f"--input names {unknown[0]!r}, but the model's inputs are {', '.join(net.input_names)}")
+    rng = np.random.default_rng(seed)
+    out = {}
+    for spec in net.program.inputs:
+        if spec.name in files:
+            try:
+                out[spec.name] = np.load(files[spec.name], allow_pickle=False)
+            except (OSError, ValueError) as exc:
+                raise ModelError(f"--input {spec.name}: cannot read {str(files[spec.name])!r} as .npy ({exc})") from None
+        else:
+            dt = net.program.model_dtypes.get(spec.name, spec.dtype)
+            out[spec.name] = rng.standard_normal(spec.shape).astype(dt)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from fuseplanner.run.compiled import compile as compile_model
+    from fuseplanner.run.compiled import load_plan
+
+    files = _check_args(args)
+    shapes = parse_input_shapes(args.input_shape)
+    plan = load_plan(args.plan) if args.plan else None
+    net = compile_model(args.model, args.gpu, plan, dtype=args.dtype, precision=args.precision, batch=args.batch,
+                        fuse=not args.no_fuse, seed=args.seed, device=args.device, input_shapes=shapes)  # fmt: skip
+    inputs = _inputs(net, files, args.seed)
+    outputs = net(inputs)
+    _summary(net)
+    if args.output:
+        import numpy as np
+
+        np.savez(args.output, **outputs)
+        print(f"wrote outputs to {args.output}")
+    status = 0
+    if args.check:
+        status = _check(net, args, shapes, inputs, outputs)
+    if args.bench:
+        _bench(net, args.replays)
+    return status
+
+
+def _summary(net) -> None:
+    counts = net.program.counts()
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    fallback = sum(1 for s in net.steps if s.reason)
+    print(f"{net.program.name}: {len(net.steps)} steps ({kinds}); arena {net.memory / 2**20:.2f} MiB; "
+          f"device {'gpu' if net.gpu else 'cpu'}, {net.program.dtype}/{net.program.precision}")  # fmt: skip
+    if fallback:
+        first = next(s for s in net.steps if s.reason)
+        print(f"note: {fallback} planned-op steps run in the operator library (e.g. {first.label}: {first.reason})")
+
+
+def _check(net, args, shapes, inputs, outputs) -> int:
+    from fuseplanner.run.check import compare, reference_outputs
+    from fuseplanner.run.compiled import onnx_model
+
+    proto = onnx_model(args.model, shapes, args.batch, args.seed)
+    res = compare(outputs, reference_outputs(proto, inputs), net.program.dtype, net.program.precision)
+    verdict = "ok" if res.ok else "FAILED"
+    print(f"check vs onnxruntime: max over outputs of ||out-ref||2/||ref||2 = {res.error:.3e} "
+          f"(tolerance {res.tolerance:g}): {verdict}")  # fmt: skip
+    if not res.ok:
+        sys.stderr.write(f"error: outputs differ from onnxruntime by {res.error:.3e} > {res.tolerance:g}\n")
+    return 0 if res.ok else 1
+
+
+def _bench(net, replays: int) -> None:
+    predicted = net.plan.totals.planned.time_s
+    for cold in (False, True):
+        r = net.bench(replays, cold_l2=cold)
+        print(f"latency, CUDA graph, {r.replays} replays, {r.mode}: median {r.median_s * 1e6:.1f} us, "
+              f"p10 {r.p10_s * 1e6:.1f} us, p90 {r.p90_s * 1e6:.1f} us; launch host {r.launch_host_s * 1e6:.1f} us")
+    print(f"plan's predicted kernel total: {predicted * 1e6:.1f} us")

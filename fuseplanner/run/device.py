@@ -1,0 +1,166 @@
+"""The GPU side of a compiled model: CUDA-graph capture, calls, per-step timing and replay benchmarks.
+
+Capture: every allocation of binding (arena, weights) and of op-library temporaries comes from a
+private `cupy.cuda.MemoryPool` that nothing else allocates from afterwards, so the addresses the graph
+holds stay owned by the model. One warm-up inference (kernel compilation, cuBLAS setup, the pool's
+blocks) precedes the captured one. After capture nothing is allocated from that pool: output copies
+come from CuPy's default allocator.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from fuseplanner.errors import DeviceError
+
+
+@dataclass(frozen=True)
+class BenchRecord:
+    """End-to-end latency of CUDA-graph replays, CUDA events around each replay. `mode` "warm-L2":
+    replays back to back; "cold-L2": a buffer of twice the L2 size is written between replays (outside
+    the timed region). `launch_host_s`: median host time of one `graph.launch` call."""
+
+    model: str
+    mode: str
+    replays: int
+    median_s: float
+    p10_s: float
+    p90_s: float
+    launch_host_s: float
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One step's median time in stream mode (CUDA events before and after it)."""
+
+    label: str
+    kind: str
+    op_type: str
+    seconds: float
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _capture(cp, bound, stream):
+    stream.begin_capture()
+    try:
+        for step, fn in bound.runners:
+            if fn is None:
+                continue
+            try:
+                fn()
+            except Exception as exc:
+                raise DeviceError(f"capturing the inference as a CUDA graph failed at step {step.label!r} "
+                                  f"({_first_line(exc)}): try run_stream() to debug it") from exc  # fmt: skip
+    finally:
+        graph = stream.end_capture()
+    return graph
+
+
+def compile_gpu(program, plan, ops_lib, model_cls):
+    """Bind on the GPU, warm up once, capture one inference as a CUDA graph."""
+    from fuseplanner.kernels import require_device
+    from fuseplanner.run.runtime import bind
+
+    cp = require_device()
+    pool = cp.cuda.MemoryPool()
+    stream = cp.cuda.Stream(non_blocking=True)
+    with cp.cuda.using_allocator(pool.malloc), stream:
+        bound = bind(program, cp, ops_lib, gpu=True)
+        bound.run()
+        stream.synchronize()
+        graph = _capture(cp, bound, stream)
+    stream.synchronize()
+    model = model_cls(program, plan, bound, cp, gpu=True)
+    model._graph, model._stream, model._pool = graph, stream, pool
+    return model
+
+
+def call(model, inputs: dict, graph: bool = True) -> dict:
+    """Copy inputs in, replay the graph (or run step by step), return copies of the outputs."""
+    cp = model._xp
+    host = all(isinstance(v, np.ndarray) for v in inputs.values())
+    stream = model._stream
+    caller = cp.cuda.get_current_stream()
+    stream.wait_event(caller.record())
+    with stream:
+        model._load(inputs)
+        if graph:
+            model._graph.launch(stream)
+        else:
+            model._bound.run()
+        out = model._outputs(host)
+    if not host:
+        caller.wait_event(stream.record())
+    return out
+
+
+def _random_inputs(model, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    return {s.name: rng.standard_normal(s.shape).astype(model.program.model_dtypes.get(s.name, s.dtype))
+            for s in model.program.inputs}  # fmt: skip
+
+
+def time_nodes(model, inputs=None, repeats: int = 20) -> list[StepTime]:
+    """Median time of every non-view step over `repeats` stream-mode inferences."""
+    if not model.gpu:
+        raise DeviceError("time_nodes needs a model compiled for the GPU (device='gpu')")
+    cp = model._xp
+    inputs = model._check(inputs if inputs is not None else _random_inputs(model))
+    stream = model._stream
+    runners = [(s, fn) for s, fn in model._bound.runners if fn is not None]
+    samples: list[list[float]] = [[] for _ in runners]
+    with stream:
+        model._load(inputs)
+        model._bound.run()
+        for _ in range(repeats):
+            events = [cp.cuda.Event() for _ in range(len(runners) + 1)]
+            events[0].record(stream)
+            for i, (_, fn) in enumerate(runners):
+                fn()
+                events[i + 1].record(stream)
+            events[-1].synchronize()
+            for i in range(len(runners)):
+                samples[i].append(cp.cuda.get_elapsed_time(events[i], events[i + 1]) * 1e-3)
+    from fuseplanner.run.compiled import _step_info
+
+    infos = [_step_info(s) for s, _ in runners]
+    return [StepTime(info.label, info.kind, info.op_type, float(np.median(t))) for info, t in zip(infos, samples, strict=True)]
+
+
+def bench(model, replays: int = 200, cold_l2: bool = False) -> BenchRecord:
+    """Median/p10/p90 of `replays` CUDA-graph replays on random inputs (see `BenchRecord`)."""
+    if not model.gpu:
+        raise DeviceError("bench needs a model compiled for the GPU (device='gpu')")
+    cp = model._xp
+    stream = model._stream
+    flush = None
+    if cold_l2:
+        l2 = int(cp.cuda.Device().attributes["L2CacheSize"])
+        flush = cp.empty(2 * l2 // 4, dtype=cp.float32)
+    times, host = [], []
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    with stream:
+        model._load(model._check(_random_inputs(model)))
+        for _ in range(10):
+            model._graph.launch(stream)
+        for i in range(replays):
+            if flush is not None:
+                flush.fill(float(i))
+            start.record(stream)
+            t0 = time.perf_counter()
+            model._graph.launch(stream)
+            host.append(time.perf_counter() - t0)
+            end.record(stream)
+            end.synchronize()
+            times.append(cp.cuda.get_elapsed_time(start, end) * 1e-3)
+    t = np.asarray(times)
+    mode = "cold-L2 (2x L2 buffer written between replays)" if cold_l2 else "warm-L2"
+    return BenchRecord(model.program.name, mode, replays, float(np.median(t)), float(np.percentile(t, 10)),
+                       float(np.percentile(t, 90)), float(np.median(host)))  # fmt: skip
