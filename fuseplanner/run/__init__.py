@@ -1,0 +1,1 @@
+"""Whole-model executor: runs an ONNX model on the GPU."""
