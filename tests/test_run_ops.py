@@ -9,6 +9,8 @@ the float32 reference run on the same float16-rounded inputs; other outputs must
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import onnx
 import pytest
@@ -52,7 +54,7 @@ def assert_close(got: np.ndarray, ref: np.ndarray, tol: float, label: str) -> No
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_op_matches_onnxruntime(case: Case) -> None:
-    values = draw(case, seed=hash(case.id) % 2**32)
+    values = draw(case, seed=zlib.crc32(case.id.encode()))
     refs = reference(case, values)
     node = node_for(case, values, refs)
     for k in range(2):
@@ -62,7 +64,7 @@ def test_op_matches_onnxruntime(case: Case) -> None:
 
 @pytest.mark.parametrize("case", HALF, ids=[c.id for c in HALF])
 def test_op_float16(case: Case) -> None:
-    values = draw(case, seed=hash(case.id) % 2**32 + 1)
+    values = draw(case, seed=zlib.crc32(case.id.encode()) + 1)
     lib_values, ref_values = halve(case, values)
     refs = reference(case, ref_values)
     node = node_for(case, lib_values, refs, half=True)

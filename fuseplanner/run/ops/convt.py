@@ -30,7 +30,8 @@ def _pad_head(node: Node, kernel, inner, out) -> list[int]:
         raise node.error(f"auto_pad={auto_pad!r} is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID")
     total = [max(0, (i - 1) * s + a + (k - 1) * d + 1 - o)
              for i, s, a, k, d, o in zip(inner, strides, adj, kernel, dil, out, strict=True)]
-    return [t - t // 2 if auto_pad == "SAME_UPPER" else t // 2 for t in total]
+    # ONNX: SAME_UPPER puts the smaller half first; NOTSET (output_shape given) and SAME_LOWER the larger
+    return [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in total]
 
 
 def col2im_index(kernel, strides, dilations, head, inner, out) -> np.ndarray:

@@ -187,7 +187,8 @@ def where(xp: Any, node: Node) -> Kernel:
 
 @register("Cast")
 def cast(xp: Any, node: Node) -> Kernel:
-    if any(np.dtype(d).kind in "OSU" for d in (*node.input_dtypes, *node.output_dtypes) if d):
+    dtypes = [np.dtype(d) for d in (*node.input_dtypes, *node.output_dtypes) if d]
+    if node.attr("to") == 8 or any(d.kind in "OSU" for d in dtypes):  # 8: TensorProto.STRING
         raise node.error("casts to or from strings are not supported")
     return lambda ins, outs: store(xp, outs[0], ins[0])
 
