@@ -14,8 +14,10 @@ import zlib
 import numpy as np
 import onnx
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from onnx import helper
-from run_op_cases import C, Case, R, all_cases, draw, halve, node_for, reference
+from run_op_cases import C, Case, R, W, all_cases, draw, halve, node_for, reference
 
 from fuseplanner.errors import ModelError
 from fuseplanner.run.ops import SUPPORTED, VIEW_OPS, Node, prepare, unsupported
@@ -71,6 +73,71 @@ def test_op_float16(case: Case) -> None:
     for i, (got, ref) in enumerate(zip(run_lib(node, lib_values, 0), refs, strict=True)):
         assert got.dtype == np.dtype(node.output_dtypes[i])
         assert_close(got, ref, 2e-3, f"{case.id} float16 output {i}")
+
+
+def _check_case(case: Case) -> None:
+    values = draw(case, seed=zlib.crc32(repr(case).encode()))
+    refs = reference(case, values)
+    for got, ref in zip(run_lib(node_for(case, values, refs), values, 0), refs, strict=True):
+        assert_close(got, ref, 1e-5, repr(case))
+
+
+@st.composite
+def windows(draw_, max_kernel: int = 4) -> tuple[dict, tuple[int, int]]:
+    """Random 2-D window attributes (kernel, strides, dilations, asymmetric pads) and a fitting H x W."""
+    k = [draw_(st.integers(1, max_kernel)) for _ in range(2)]
+    s = [draw_(st.integers(1, 3)) for _ in range(2)]
+    d = [draw_(st.integers(1, 2)) for _ in range(2)]
+    pads = [draw_(st.integers(0, kk - 1)) for kk in k * 2]
+    hw = tuple(draw_(st.integers((kk - 1) * dd + 1, 11)) for kk, dd in zip(k, d, strict=True))
+    return {"kernel_shape": k, "strides": s, "dilations": d, "pads": pads}, hw
+
+
+@settings(max_examples=25, deadline=None)
+@given(win=windows(), groups=st.sampled_from([1, 2, 4]), per_group=st.integers(1, 3), bias=st.booleans())
+def test_conv_random_geometry(win, groups, per_group, bias) -> None:
+    attrs, (h, w) = win
+    c, m = 4, groups * per_group
+    k = attrs["kernel_shape"]
+    inputs = (R(2, c, h, w), W(m, c // groups, *k)) + ((W(m),) if bias else ())
+    _check_case(Case("Conv", inputs, {**attrs, "group": groups}))
+
+
+@settings(max_examples=20, deadline=None)
+@given(win=windows(), groups=st.sampled_from([1, 2]), adj=st.integers(0, 2))
+def test_conv_transpose_random_geometry(win, groups, adj) -> None:
+    attrs, (h, w) = win
+    k, s, dil = attrs["kernel_shape"], attrs["strides"], attrs["dilations"]
+    output_padding = [min(adj, ss - 1) for ss in s]
+    pads = attrs["pads"]
+    size = [ss * (i - 1) + a + (kk - 1) * dd + 1 - pads[j] - pads[j + 2]
+            for j, (ss, i, a, kk, dd) in enumerate(zip(s, (h, w), output_padding, k, dil, strict=True))]
+    assume(min(size) >= 1)
+    _check_case(Case("ConvTranspose", (R(1, 4, h, w), W(4, 3, *k)),
+                     {**attrs, "group": groups, "output_padding": output_padding}))
+
+
+@settings(max_examples=25, deadline=None)
+@given(win=windows(), op=st.sampled_from(["MaxPool", "AveragePool"]), ceil=st.integers(0, 1),
+       include=st.integers(0, 1))
+def test_pool_random_geometry(win, op, ceil, include) -> None:
+    attrs, (h, w) = win
+    attrs = {**attrs, "ceil_mode": ceil}
+    if op == "AveragePool":
+        attrs.pop("dilations")
+        attrs["count_include_pad"] = include
+    _check_case(Case(op, (R(1, 3, h, w),), attrs))
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_slice_random(data) -> None:
+    shape = (5, 6, 7)
+    axes = data.draw(st.lists(st.integers(-3, 2), min_size=1, max_size=3, unique_by=lambda a: a % 3))
+    starts = [data.draw(st.integers(-9, 9)) for _ in axes]
+    ends = [data.draw(st.sampled_from([-9, -3, -1, 0, 2, 5, 9, 2**31])) for _ in axes]
+    steps = [data.draw(st.sampled_from([-3, -1, 1, 2])) for _ in axes]
+    _check_case(Case("Slice", (R(*shape), C(starts), C(ends), C(axes), C(steps))))
 
 
 def test_every_supported_op_has_a_case() -> None:

@@ -23,7 +23,7 @@ def conv_window(node: Node, kernel: tuple[int, ...]) -> Window:
     return window(node, kernel, tuple(node.in_shape[2:]), tuple(node.out_shape[2:]))
 
 
-def _weights(xp: Any, node: Node, shape: tuple[int, ...], dtype: Any = None):
+def weight_getter(xp: Any, node: Node, shape: tuple[int, ...], dtype: Any = None):
     """Getter of the weight input (index 1) reshaped to `shape`: uploaded once when it is a constant."""
     const = node.const(1)
     if const is not None:
@@ -32,7 +32,7 @@ def _weights(xp: Any, node: Node, shape: tuple[int, ...], dtype: Any = None):
     return lambda ins: ins[1].reshape(shape).astype(dtype or ins[1].dtype, copy=False)
 
 
-def _bias(xp: Any, node: Node, shape: tuple[int, ...]):
+def bias_getter(xp: Any, node: Node, shape: tuple[int, ...]):
     """Getter of the optional bias input (index 2) reshaped to `shape`, or None."""
     if not node.has_input(2):
         return None
@@ -46,13 +46,13 @@ def _bias(xp: Any, node: Node, shape: tuple[int, ...]):
 def _depthwise(xp: Any, node: Node, win: Window) -> Kernel:
     n, c = node.in_shape[:2]
     m = node.out_shape[1] // c
-    if not is_numpy(xp) and len(win.kernel) == 2:
+    if not is_numpy(xp) and len(win.kernel) == 2 and node.input_dtypes[0] in ("float16", "float32"):
         from fuseplanner.run.ops._cuda import depthwise2d
 
         return depthwise2d(xp, node, win)
     taps = win.taps
-    weights = _weights(xp, node, (c, m, len(taps)) + (1,) * len(win.out), np.float32)
-    bias = _bias(xp, node, (c, m) + (1,) * len(win.out))
+    weights = weight_getter(xp, node, (c, m, len(taps)) + (1,) * len(win.out), np.float32)
+    bias = bias_getter(xp, node, (c, m) + (1,) * len(win.out))
     lead = (slice(None), slice(None))
     slices = [lead + win.tap_slices(t) for t in taps]
     split = (n, c, m, *win.out)
@@ -70,11 +70,17 @@ def _depthwise(xp: Any, node: Node, win: Window) -> Kernel:
     return kernel
 
 
-@register("Conv")
-def conv(xp: Any, node: Node) -> Kernel:
-    wshape = node.input_shapes[1]
+def weight_shape(node: Node) -> tuple[int, ...]:
+    """The static shape of the weight input, checked against the input's rank."""
+    wshape = node.input_shapes[1] if len(node.input_shapes) > 1 else None
     if wshape is None or len(wshape) != len(node.in_shape) or len(wshape) < 3:
         raise node.error(f"weight shape {wshape} does not match input {node.in_shape}")
+    return wshape
+
+
+@register("Conv")
+def conv(xp: Any, node: Node) -> Kernel:
+    wshape = weight_shape(node)
     n, c = node.in_shape[:2]
     mch, cg = wshape[:2]
     groups = int(node.attr("group", 1))
@@ -85,8 +91,8 @@ def conv(xp: Any, node: Node) -> Kernel:
         return _depthwise(xp, node, win)
     ntaps, npos = len(win.taps), int(np.prod(win.out))
     mg = mch // groups
-    weights = _weights(xp, node, (groups, mg, cg * ntaps))
-    bias = _bias(xp, node, (mch, 1))
+    weights = weight_getter(xp, node, (groups, mg, cg * ntaps))
+    bias = bias_getter(xp, node, (mch, 1))
     pointwise = ntaps == 1 and win.unpadded and set(win.strides) == {1} and win.out == win.inner
     index = None if pointwise else xp.asarray(win.gather_index())
     plane = int(np.prod(win.extent))

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from fuseplanner.run.ops.conv import _bias
+from fuseplanner.run.ops.conv import bias_getter, weight_shape
 from fuseplanner.run.ops.linalg import matmul
 from fuseplanner.run.ops.node import Node, store
 from fuseplanner.run.ops.registry import Kernel, register
@@ -59,9 +59,7 @@ def col2im_index(kernel, strides, dilations, head, inner, out) -> np.ndarray:
 
 @register("ConvTranspose")
 def conv_transpose(xp: Any, node: Node) -> Kernel:
-    wshape = node.input_shapes[1]
-    if wshape is None or len(wshape) != len(node.in_shape) or len(wshape) < 3:
-        raise node.error(f"weight shape {wshape} does not match input {node.in_shape}")
+    wshape = weight_shape(node)
     n, c = node.in_shape[:2]
     groups = int(node.attr("group", 1))
     mg, kernel = wshape[1], tuple(wshape[2:])
@@ -77,7 +75,7 @@ def conv_transpose(xp: Any, node: Node) -> Kernel:
     const = node.const(1)
     wt_const = None if const is None else xp.asarray(
         np.ascontiguousarray(const.reshape(groups, cg, mg * ntaps).transpose(0, 2, 1)))
-    bias = _bias(xp, node, (mch, 1))
+    bias = bias_getter(xp, node, (mch, 1))
 
     def kernel_fn(ins, outs):
         wt = wt_const if wt_const is not None else ins[1].reshape(groups, cg, mg * ntaps).transpose(0, 2, 1)
