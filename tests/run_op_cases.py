@@ -368,7 +368,7 @@ def _movement() -> list[Case]:
         Case("Concat", (R(2, 3, 4), W(2, 3, 2)), {"axis": -1}, id="Concat-last"),
         Case("Split", (x,), {"axis": 1, "split": [1, 2]}, opset=11, outputs=2, id="Split-attr"),
         Case("Split", (x, C([2, 1, 2])), {"axis": -1}, opset=13, outputs=3, id="Split-input"),
-        Case("Split", (x,), {"axis": 2, "num_outputs": 3}, opset=18, outputs=3, id="Split-num-outputs"),
+        Case("Split", (x,), {"axis": 3, "num_outputs": 3}, opset=18, outputs=3, id="Split-num-outputs"),
         Case("Split", (x,), {"axis": 0}, opset=13, outputs=2, id="Split-equal"),
         Case("Slice", (x, C([1, -1]), C([3, -100]), C([2, 3]), C([1, -2]))),
         Case("Slice", (x, C([0, 10]), C([100, 2]), C([-1, 1]), C([2, -1])), id="Slice-clamp"),

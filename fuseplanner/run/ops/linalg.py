@@ -1,8 +1,8 @@
-"""MatMul and Gemm on `xp.matmul` (cuBLAS under CuPy).
+"""MatMul and Gemm: `numpy.matmul` on the CPU, the executor's own batched GEMM kernel on the GPU
+(`_gemm`: CuPy refuses cuBLAS inside CUDA-graph capture).
 
-float16 GEMMs: CuPy hands half-precision matmuls to cuBLAS, which accumulates them in float32; NumPy
-would accumulate in float16, so the NumPy path upcasts to float32 and rounds once. Both compute the
-float32-accumulated product rounded to float16.
+float16 GEMMs accumulate in float32 on both paths: the NumPy path upcasts to float32 and rounds once, the
+GPU kernel converts each operand to float32 and rounds the sum once.
 """
 
 from __future__ import annotations
@@ -11,14 +11,20 @@ from typing import Any
 
 import numpy as np
 
+from fuseplanner.run.ops._gemm import FLOAT_TYPES, batched_gemm
 from fuseplanner.run.ops.node import Node, store
 from fuseplanner.run.ops.registry import Kernel, is_numpy, register
 
 
 def matmul(xp: Any, a: Any, b: Any, out: Any) -> None:
     """out = a @ b (numpy broadcasting rules), float32 accumulation for float16."""
-    if out.dtype == np.float16 and is_numpy(xp):
-        store(xp, out, np.matmul(a.astype(np.float32), b.astype(np.float32)))
+    if is_numpy(xp):
+        if out.dtype == np.float16:
+            store(xp, out, np.matmul(a.astype(np.float32), b.astype(np.float32)))
+        else:
+            np.matmul(a, b, out=out)
+    elif a.ndim >= 2 and b.ndim >= 2 and {out.dtype, a.dtype, b.dtype} <= FLOAT_TYPES:
+        batched_gemm(xp, a, b, out)  # callers pass matrices (MatMul reshapes vectors first)
     else:
         xp.matmul(a, b, out=out)
 

@@ -1,0 +1,133 @@
+"""Batched GEMM as a CuPy RawKernel: the GPU path of `linalg.matmul`.
+
+CuPy refuses cuBLAS calls while a stream is being captured into a CUDA graph, so the executor's library
+matmuls (MatMul, Gemm, the im2col product of general Conv, ConvTranspose) run on this kernel instead.
+out[b] = a[b] @ b[b] for operands of any strides (transposed views and broadcast batch dimensions
+included: a stride of 0 reads the same matrix for every batch entry), float32 or float16 storage,
+float32 accumulation, contiguous output. Shapes and strides are compile-time constants: one compiled
+kernel per distinct (shapes, strides, dtypes), cached.
+
+Tiling: 64 x 64 outputs per 256-thread block, 16-deep K slices staged in shared memory as float32; each
+thread accumulates a 4 x 4 sub-tile. Operand tiles are read with the unit-stride dimension fastest
+across threads when there is one (coalesced for row- and column-major operands alike).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "unsigned short"}
+#: Storage dtypes the kernel reads and writes.
+FLOAT_TYPES = frozenset(_TYPES)
+_MAX_BATCH_DIMS = 4
+
+_SOURCE = r"""
+__device__ __forceinline__ float ld(const float* p, long long i) { return p[i]; }
+__device__ __forceinline__ float ld(const unsigned short* p, long long i) {
+    float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(p[i])); return f;
+}
+__device__ __forceinline__ void st(float* p, long long i, float v) { p[i] = v; }
+__device__ __forceinline__ void st(unsigned short* p, long long i, float v) {
+    unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v)); p[i] = h;
+}
+
+extern "C" __global__ void __launch_bounds__(256) fp_gemm(const TA* __restrict__ A, const TB* __restrict__ B,
+                                                          TC* __restrict__ C) {
+    __shared__ float As[16][64 + 1];
+    __shared__ float Bs[16][64 + 1];
+    long long r = blockIdx.z, oa = 0, ob = 0;
+    { long long i = r % BD3; r /= BD3; oa += i * SA3; ob += i * SB3; }
+    { long long i = r % BD2; r /= BD2; oa += i * SA2; ob += i * SB2; }
+    { long long i = r % BD1; r /= BD1; oa += i * SA1; ob += i * SB1; }
+    oa += r * SA0; ob += r * SB0;
+    const long long oc = (long long)blockIdx.z * GM * GN;
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    const int m0 = blockIdx.y * 64, n0 = blockIdx.x * 64;
+    float acc[4][4];
+    #pragma unroll
+    for (int i = 0; i < 4; ++i)
+        #pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
+    for (int k0 = 0; k0 < GK; k0 += 16) {
+        for (int t = threadIdx.x; t < 1024; t += 256) {
+            const int kk = A_KFAST ? t % 16 : t / 64, mm = A_KFAST ? t / 16 : t % 64;
+            const int gm = m0 + mm, gk = k0 + kk;
+            As[kk][mm] = (gm < GM && gk < GK) ? ld(A, oa + (long long)gm * SAM + (long long)gk * SAK) : 0.f;
+            const int kb = B_KFAST ? t % 16 : t / 64, nn = B_KFAST ? t / 16 : t % 64;
+            const int gn = n0 + nn, gkb = k0 + kb;
+            Bs[kb][nn] = (gn < GN && gkb < GK) ? ld(B, ob + (long long)gkb * SBK + (long long)gn * SBN) : 0.f;
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int kk = 0; kk < 16; ++kk) {
+            float a[4], b[4];
+            #pragma unroll
+            for (int i = 0; i < 4; ++i) { a[i] = As[kk][ty + 16 * i]; b[i] = Bs[kk][tx + 16 * i]; }
+            #pragma unroll
+            for (int i = 0; i < 4; ++i)
+                #pragma unroll
+                for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+    #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int gm = m0 + ty + 16 * i;
+        #pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int gn = n0 + tx + 16 * j;
+            if (gm < GM && gn < GN) st(C, oc + (long long)gm * GN + gn, acc[i][j]);
+        }
+    }
+}
+"""
+
+
+def _elem_strides(a: Any) -> tuple[int, ...]:
+    return tuple(s // a.itemsize for s in a.strides)
+
+
+@functools.cache
+def _kernel(defines: tuple[tuple[str, str], ...]):
+    import cupy
+
+    head = "".join(f"#define {k} {v}\n" for k, v in defines)
+    return cupy.RawKernel(head + _SOURCE, "fp_gemm", options=("-std=c++17",))
+
+
+def _batch_layout(a: Any, b: Any, batch: tuple[int, ...]) -> dict[str, int]:
+    """Sizes and element strides of up to four batch dimensions (outermost first, padded with size 1)."""
+    if len(batch) > _MAX_BATCH_DIMS:
+        raise ValueError(f"matmul with {len(batch)} batch dimensions: at most {_MAX_BATCH_DIMS} are supported")
+    pad = _MAX_BATCH_DIMS - len(batch)
+    sizes = (1,) * pad + tuple(batch)
+    sa = (0,) * pad + _elem_strides(a)[:-2]
+    sb = (0,) * pad + _elem_strides(b)[:-2]
+    out = {}
+    for i in range(_MAX_BATCH_DIMS):
+        out[f"BD{i}"], out[f"SA{i}"], out[f"SB{i}"] = sizes[i], sa[i], sb[i]
+    return out
+
+
+def batched_gemm(cp: Any, a: Any, b: Any, out: Any) -> None:
+    """out = a @ b on the current stream (NumPy broadcasting over batch dimensions); out must be
+    C-contiguous with the broadcast shape."""
+    batch = tuple(out.shape[:-2])
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    a = cp.broadcast_to(a, (*batch, m, k))
+    b = cp.broadcast_to(b, (*batch, k, n))
+    if not out.flags.c_contiguous:
+        raise ValueError("gemm writes a C-contiguous output")
+    (sam, sak), (sbk, sbn) = _elem_strides(a)[-2:], _elem_strides(b)[-2:]
+    defines = {"TA": _TYPES[a.dtype], "TB": _TYPES[b.dtype], "TC": _TYPES[out.dtype], "GM": m, "GN": n, "GK": k,
+               "SAM": sam, "SAK": sak, "SBK": sbk, "SBN": sbn, "A_KFAST": int(sak == 1 and sam != 1),
+               "B_KFAST": int(sbk == 1 and sbn != 1), **_batch_layout(a, b, batch)}
+    kernel = _kernel(tuple(sorted((key, str(v)) for key, v in defines.items())))
+    blocks = int(np.prod(batch)) if batch else 1
+    grid = ((n + 63) // 64, (m + 63) // 64, blocks)
+    if blocks and m and n:
+        kernel(grid, (256, 1, 1), (a, b, out))
