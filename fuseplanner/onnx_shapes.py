@@ -326,15 +326,28 @@ def prepare(
     """Upgrade, pin inputs, override batch and infer shapes; raise ModelError for unknown input dims."""
     if batch is not None and int(batch) <= 0:
         raise ModelError(f"batch must be a positive integer, got {batch}")
+    from fuseplanner.fold import fold_and_infer
+    from fuseplanner.rebatch import export_batch, rebatch_reshapes, reshape_shapes
+    from fuseplanner.shape_errors import check_input_channels
+
     check_versions(model)
     model = copy.deepcopy(model)
     model = upgrade_opset(model)
+    b0 = export_batch(model, activation_inputs(model))
+    exported = None
+    if b0 is not None and (batch is not None or input_shapes):
+        exported = reshape_shapes(fold_and_infer(infer(copy.deepcopy(model)), infer))
     changed = pin_inputs(model, input_shapes, batch)
+    check_input_channels(model, input_shapes)
     for name, labels in unknown_inputs(model):
         raise dynamic_dims_error(name, labels)
     if changed:  # stale shapes recorded by the exporter would contradict the new ones
         clear_inferred(model)
-    model = infer(model)
+    model = fold_and_infer(infer(model), infer)
+    if changed and exported:
+        b = export_batch(model, activation_inputs(model))
+        if b is not None:
+            model = rebatch_reshapes(model, exported, b0, b, lambda m: fold_and_infer(infer(m), infer))
     if changed:
         model = fix_hardcoded_batch(model)
     if _has_unknown(model):
