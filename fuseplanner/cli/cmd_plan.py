@@ -138,9 +138,7 @@ def run(args: argparse.Namespace) -> int:
     for path, text in outputs:
         export.write_text(text, path)
     if onnx_model is not None:
-        import onnx
-
-        onnx.save_model(onnx_model, args.onnx)
+        export.save_onnx(onnx_model, args.onnx, args.model)
     if note:
         sys.stderr.write(note + "\n")
     if args.json == "-":
