@@ -83,7 +83,8 @@ def summary_line(plan: Plan) -> str:
     u, p = plan.totals.unfused, plan.totals.planned
     fused_layers = sum(len(g.nodes) for g in plan.groups)
     return (
-        f"{plan.model} on {plan.gpu} ({plan.dtype}, batch {plan.batch}, objective {plan.objective}): "
+        f"{plan.model} on {plan.gpu} ({plan.dtype}, batch {plan.batch}, objective {plan.objective}"
+        f"{'' if plan.cost_model == 'ours' else f', cost model {plan.cost_model}'}): "
         f"{len(plan.groups)} fused groups covering {fused_layers} layers; "
         f"time {_us(u)} -> {_us(p)} us ({_pct(u.time_s, p.time_s)}), "
         f"GMA {_mb(u.gma_bytes)} -> {_mb(p.gma_bytes)} MB ({_pct(u.gma_bytes, p.gma_bytes)}), "

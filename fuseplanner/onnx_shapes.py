@@ -11,13 +11,14 @@ import contextlib
 import copy
 import math
 import tempfile
+import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
 from onnx import numpy_helper, shape_inference
 
-from .errors import ModelError
+from .errors import ModelError, ModelNote
 
 #: The opset the importer normalises to.
 TARGET_OPSET = 18
@@ -140,6 +141,9 @@ def pin_inputs(
             new = [d if d is not None else 0 for d in old]
             if new and new[0] == 0 and all(d for d in new[1:]):
                 new[0] = batch or 1
+                if batch is None:
+                    _note(f"input {value.name!r} has a dynamic batch dim ({_dim_labels(value)[0]}): planned for "
+                          "batch 1 (set another with --batch N)")
         if batch is not None and new:
             new[0] = batch
         if any(d == 0 for d in new):
@@ -148,6 +152,10 @@ def pin_inputs(
             _set_dims(value, new)
             changed = True
     return changed
+
+
+def _note(text: str) -> None:
+    warnings.warn(ModelNote(text), stacklevel=3)
 
 
 def infer(model: onnx.ModelProto) -> onnx.ModelProto:
