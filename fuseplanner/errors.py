@@ -25,3 +25,8 @@ class DeviceError(FusePlannerError, RuntimeError):
 
 class TileError(FusePlannerError, ValueError):
     """A tile is infeasible for a kernel; the message is the cost model's reason."""
+
+
+class ModelNote(UserWarning):
+    """A choice made for the user that changes the answer (e.g. a dynamic batch set to 1); the CLI
+    prints it as one `note:` line."""

@@ -19,6 +19,7 @@ import onnx
 from onnx import helper
 
 from .errors import PlanError
+from .fused_function import attach, conv_operands, function_for, member_attributes
 from .plans import CostModel, GroupPlan, Plan
 
 DOMAIN = "ai.fuseplanner"
@@ -82,7 +83,8 @@ def summary_line(plan: Plan) -> str:
     u, p = plan.totals.unfused, plan.totals.planned
     fused_layers = sum(len(g.nodes) for g in plan.groups)
     return (
-        f"{plan.model} on {plan.gpu} ({plan.dtype}, batch {plan.batch}, objective {plan.objective}): "
+        f"{plan.model} on {plan.gpu} ({plan.dtype}, batch {plan.batch}, objective {plan.objective}"
+        f"{'' if plan.cost_model == 'ours' else f', cost model {plan.cost_model}'}): "
         f"{len(plan.groups)} fused groups covering {fused_layers} layers; "
         f"time {_us(u)} -> {_us(p)} us ({_pct(u.time_s, p.time_s)}), "
         f"GMA {_mb(u.gma_bytes)} -> {_mb(p.gma_bytes)} MB ({_pct(u.gma_bytes, p.gma_bytes)}), "
@@ -173,7 +175,8 @@ def _group_indices(group: GroupPlan, graph, by_name: Mapping[str, int]) -> list[
     return sorted(set(idx))
 
 
-def _fused_node(group: GroupPlan, nodes: Sequence[onnx.NodeProto], outer_uses: set[str], outputs: set[str], number: int, graph) -> onnx.NodeProto:
+def _fused_node(group: GroupPlan, nodes: Sequence[onnx.NodeProto], outer_uses: set[str], outputs: set[str], number: int, graph,
+                every: Sequence[onnx.NodeProto]) -> onnx.NodeProto:  # fmt: skip
     made = {o for nd in nodes for o in nd.output if o}
     ext = list(dict.fromkeys(i for nd in nodes for i in nd.input if i and i not in made))
     first_in = graph.op(group.nodes[0]).inputs[0]
@@ -183,6 +186,7 @@ def _fused_node(group: GroupPlan, nodes: Sequence[onnx.NodeProto], outer_uses: s
     if len(outs) != 1:
         raise PlanError(f"group {'+'.join(group.nodes)} leaves {len(outs)} tensors live ({', '.join(outs)}); it cannot be one node")
     t = group.tile
+    members = [(graph.op(m), conv_operands(every[graph.op(m).index])) for m in group.nodes]
     return helper.make_node(
         OP_TYPE,
         inputs,
@@ -198,6 +202,7 @@ def _fused_node(group: GroupPlan, nodes: Sequence[onnx.NodeProto], outer_uses: s
         residual=int(group.residual),
         predicted_time_s=float(group.fused.time_s),
         predicted_gma_bytes=float(group.fused.gma_bytes),
+        **member_attributes(members, inputs),
     )
 
 
@@ -223,6 +228,7 @@ def rewrite_onnx(
             drop[i] = k
     graph_outputs = {o.name for o in model.graph.output}
     new_nodes: list[onnx.NodeProto] = []
+    functions: list[onnx.FunctionProto] = []
     last_of = {k: max(i for i, kk in drop.items() if kk == k) for k in set(drop.values())}
     for i, nd in enumerate(old):
         if i not in drop:
@@ -233,7 +239,9 @@ def rewrite_onnx(
             continue
         members = [old[j] for j in sorted(j for j, kk in drop.items() if kk == k)]
         outer = {x for j, n2 in enumerate(old) if drop.get(j) != k for x in n2.input}
-        new_nodes.append(_fused_node(plan.groups[k], members, outer, graph_outputs, k, graph))
+        fused = _fused_node(plan.groups[k], members, outer, graph_outputs, k, graph, old)
+        functions.append(function_for(fused, members, model.opset_import))
+        new_nodes.append(fused)
     out = copy.deepcopy(model)
     del out.graph.node[:]
     out.graph.node.extend(_drop_dead_constants(new_nodes, graph_outputs))
@@ -243,6 +251,7 @@ def rewrite_onnx(
     out.graph.value_info.extend(keep_vi)
     if not any(o.domain == DOMAIN for o in out.opset_import):
         out.opset_import.append(helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
+    attach(out, functions)
     out.producer_name = "fuseplanner"
     helper.set_model_props(out, {"fuseplanner.gpu": plan.gpu, "fuseplanner.dtype": plan.dtype, "fuseplanner.objective": plan.objective})
     return out
@@ -255,17 +264,18 @@ def _drop_dead_constants(nodes: list[onnx.NodeProto], graph_outputs: set[str]) -
 
 
 def stub_free_copy(model: onnx.ModelProto, base_dir: str | os.PathLike | None = None) -> onnx.ModelProto:
-    """A copy whose external-data initializers with no data file are graph inputs instead.
+    """A copy whose external-data initializers are graph inputs instead.
 
-    Structure-only models reference weight files that do not exist; onnx.checker refuses those
-    tensors regardless of the graph, so the graph is checked with them as typed inputs.
+    Structure-only models reference weight files that do not exist, and onnx.checker looks for
+    existing ones relative to the working directory, not the model's; it refuses such tensors
+    regardless of the graph, so the graph is checked with them as typed inputs. (`base_dir` is
+    accepted for compatibility; the weights themselves are written by `save_onnx`.)
     """
-    base = Path(base_dir) if base_dir else Path.cwd()
     out = copy.deepcopy(model)
     keep, moved = [], []
     for t in out.graph.initializer:
         loc = next((e.value for e in t.external_data if e.key == "location"), None)
-        if t.data_location == onnx.TensorProto.EXTERNAL and loc is not None and not (base / loc).is_file():
+        if t.data_location == onnx.TensorProto.EXTERNAL and loc is not None:
             moved.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
         else:
             keep.append(t)
@@ -298,5 +308,51 @@ def write_onnx(
         raise PlanError(f"cannot write {str(p)!r}: folder {str(p.parent)!r} does not exist")
     model = rewrite_onnx(plan, source, input_shapes, batch)
     check_onnx(model, p.parent)
-    onnx.save_model(model, str(p))
+    return save_onnx(model, p, source)
+
+
+def _source_dir(source) -> Path | None:
+    """The folder external-data locations of `source` are relative to (None for a ModelProto)."""
+    if source is None or isinstance(source, onnx.ModelProto):
+        return None
+    from .onnx_import import resolve_model
+
+    return resolve_model(source).parent
+
+
+def _location(tensor: onnx.TensorProto) -> str | None:
+    if tensor.data_location != onnx.TensorProto.EXTERNAL:
+        return None
+    return next((e.value for e in tensor.external_data if e.key == "location"), None)
+
+
+def save_onnx(model: onnx.ModelProto, path: str | os.PathLike, source=None) -> Path:
+    """Save a rewritten model to `path` with the weights it needs.
+
+    Tensors whose external-data file exists beside `source` are read and written to one file,
+    ``<path name>.data``, beside `path` (every other tensor stays inline), so the output loads with
+    `onnx.load` wherever it is written. References to data files that do not exist (structure-only
+    models) stay as they are.
+    """
+    from onnx.external_data_helper import load_external_data_for_tensor
+
+    p = Path(path)
+    base = _source_dir(source)
+    loaded = False
+    if base is not None:
+        for tensor in model.graph.initializer:
+            loc = _location(tensor)
+            if loc is not None and (base / loc).is_file():
+                load_external_data_for_tensor(tensor, str(base))
+                tensor.data_location = onnx.TensorProto.DEFAULT
+                del tensor.external_data[:]
+                loaded = True
+    if not loaded:
+        onnx.save_model(model, str(p))
+        return p
+    data = p.with_name(p.name + ".data")
+    if data.exists():
+        data.unlink()  # onnx appends to an existing data file
+    onnx.save_model(model, str(p), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=data.name, size_threshold=1024)
     return p

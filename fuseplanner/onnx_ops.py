@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from .errors import ModelError
 from .onnx_view import GraphView
 
 #: Ops that only move or relabel data: no arithmetic.
@@ -72,11 +71,9 @@ def _static(view: GraphView, name: str) -> tuple[int, ...] | None:
 def _need_static(view: GraphView, name: str, index: int) -> tuple[int, ...]:
     shape = _static(view, name)
     if shape is None:
-        node = view.node_name(index)
-        raise ModelError(
-            f"the shape of tensor {name!r} (read by {view.nodes[index].op_type} node {node!r}) stays unknown "
-            "after shape inference: pin every model input with --input-shape NAME=1x3x224x224"
-        )
+        from fuseplanner.shape_errors import unknown_shape_error
+
+        raise unknown_shape_error(view.model, name, index)
     return shape
 
 
@@ -117,6 +114,10 @@ def conv_fields(view: GraphView, index: int) -> OpFields | None:
     n, c_in, h, wd = x_shape
     m, cpg, kh, kw = (int(d) for d in w_shape)  # type: ignore[arg-type]
     groups = int(view.attr(node, "group", 1))
+    if c_in != cpg * groups:
+        from fuseplanner.shape_errors import conv_channels_error
+
+        raise conv_channels_error(view.node_name(index), c_in, w_shape, groups)
     kernel = tuple(view.attr(node, "kernel_shape", [kh, kw]))
     stride = tuple(view.attr(node, "strides", [1, 1]))
     dilation = tuple(view.attr(node, "dilations", [1, 1]))

@@ -11,13 +11,14 @@ import contextlib
 import copy
 import math
 import tempfile
+import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
 from onnx import numpy_helper, shape_inference
 
-from .errors import ModelError
+from .errors import ModelError, ModelNote
 
 #: The opset the importer normalises to.
 TARGET_OPSET = 18
@@ -140,6 +141,9 @@ def pin_inputs(
             new = [d if d is not None else 0 for d in old]
             if new and new[0] == 0 and all(d for d in new[1:]):
                 new[0] = batch or 1
+                if batch is None:
+                    _note(f"input {value.name!r} has a dynamic batch dim ({_dim_labels(value)[0]}): planned for "
+                          "batch 1 (set another with --batch N)")
         if batch is not None and new:
             new[0] = batch
         if any(d == 0 for d in new):
@@ -148,6 +152,10 @@ def pin_inputs(
             _set_dims(value, new)
             changed = True
     return changed
+
+
+def _note(text: str) -> None:
+    warnings.warn(ModelNote(text), stacklevel=3)
 
 
 def infer(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -326,15 +334,28 @@ def prepare(
     """Upgrade, pin inputs, override batch and infer shapes; raise ModelError for unknown input dims."""
     if batch is not None and int(batch) <= 0:
         raise ModelError(f"batch must be a positive integer, got {batch}")
+    from fuseplanner.fold import fold_and_infer
+    from fuseplanner.rebatch import export_batch, rebatch_reshapes, reshape_shapes
+    from fuseplanner.shape_errors import check_input_channels
+
     check_versions(model)
     model = copy.deepcopy(model)
     model = upgrade_opset(model)
+    b0 = export_batch(model, activation_inputs(model))
+    exported = None
+    if b0 is not None and (batch is not None or input_shapes):
+        exported = reshape_shapes(fold_and_infer(infer(copy.deepcopy(model)), infer))
     changed = pin_inputs(model, input_shapes, batch)
+    check_input_channels(model, input_shapes)
     for name, labels in unknown_inputs(model):
         raise dynamic_dims_error(name, labels)
     if changed:  # stale shapes recorded by the exporter would contradict the new ones
         clear_inferred(model)
-    model = infer(model)
+    model = fold_and_infer(infer(model), infer)
+    if changed and exported:
+        b = export_batch(model, activation_inputs(model))
+        if b is not None:
+            model = rebatch_reshapes(model, exported, b0, b, lambda m: fold_and_infer(infer(m), infer))
     if changed:
         model = fix_hardcoded_batch(model)
     if _has_unknown(model):

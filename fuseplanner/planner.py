@@ -439,16 +439,22 @@ def plan(
     b = model_batch(graph) if batch is None else batch
     ops = {op.name: op.with_batch(b) for op in graph.ops()}
     search = TileSearch(spec, dtype, b, objective, model, precision)
+    # the layer-by-layer baseline runs each layer with its fastest tile whatever the objective
+    base = search if objective == "time" else TileSearch(spec, dtype, b, "time", model, precision)
     found = find_candidates(graph, allowed)
     resid = layer_residuals(graph)
     jobs = [(op.kind, (op,), "add" in op.epilogue) for op in ops.values() if op.kind in TILED_KINDS]
     jobs += [(ops[n].kind, (ops[n],), True) for n in resid]
+    n_workers = default_workers() if workers is None else workers
+    if base is not search:
+        base.prefetch(jobs, n_workers)
+        jobs = []
     jobs += [_group_job(c, ops) for c in found.groups]
-    search.prefetch(jobs, default_workers() if workers is None else workers)
-    layer = {name: search.layer(op) for name, op in ops.items()}
+    search.prefetch(jobs, n_workers)
+    layer = {name: base.layer(op) for name, op in ops.items()}
     library = {r.add: layer[r.add] for r in resid.values()}  # the Add as its own kernel
     for name, r in list(resid.items()):
-        applying = search.layer(ops[name], residual=True)
+        applying = base.layer(ops[name], residual=True)
         if applying.tile is None:
             del resid[name]  # no tile applies the Add: it stays a separate kernel
             continue

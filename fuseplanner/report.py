@@ -651,12 +651,17 @@ def render_markdown(results: Mapping, summary: Mapping, plots: Sequence[Path]) -
     return "\n".join(lines)
 
 
-def write_report(results: Mapping, out_dir: str | Path) -> dict[str, Any]:
-    """Write ``results.json``, ``report.md`` and the PNG plots into `out_dir`; returns the summary."""
+def write_report(results: Mapping, out_dir: str | Path, source: str | Path | None = None) -> dict[str, Any]:
+    """Write ``results.json``, ``report.md`` and the PNG plots into `out_dir`; returns the summary.
+
+    `source`: the results file these results were read from; it is never overwritten (then
+    ``results.json`` is not written when it is that file)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summary = summarize(results)
-    (out / "results.json").write_text(json.dumps({**results, "summary": summary}, indent=1, default=float))
+    target = out / "results.json"
+    if source is None or not (target.exists() and target.resolve() == Path(source).resolve()):
+        target.write_text(json.dumps({**results, "summary": summary}, indent=1, default=float))
     plots = write_plots(results, out)
     (out / "report.md").write_text(render_markdown(results, summary, plots))
     return summary
@@ -682,4 +687,4 @@ def report_from_results(results_json_path: str | Path, out_dir: str | Path) -> d
     """Regenerate ``report.md``, plots and ``results.json`` in `out_dir` from a saved results file."""
     data = load_results(results_json_path)
     data.pop("summary", None)
-    return write_report(data, out_dir)
+    return write_report(data, out_dir, source=results_json_path)

@@ -13,6 +13,7 @@ from bad_models import BAD, bad_files
 from onnx import TensorProto, helper, numpy_helper
 
 from fuseplanner import ModelError, zoo
+from fuseplanner.errors import ModelNote
 from fuseplanner.onnx_import import load_model
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
@@ -264,7 +265,8 @@ def test_converter_fixture_constant_weights_and_pinned_dims():
 def test_lone_dynamic_batch_defaults_to_one_or_batch():
     model = zoo.mobilenet_v1(width=0.25, num_classes=10, weights="external")
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
-    assert load_model(model).inputs[0].shape == (1, 3, 224, 224)
+    with pytest.warns(ModelNote, match="dynamic batch dim"):
+        assert load_model(model).inputs[0].shape == (1, 3, 224, 224)
     assert load_model(model, batch=3).ops()[0].in_shape == (3, 3, 224, 224)
 
 

@@ -19,7 +19,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("specs", nargs="*", metavar="GPU", help="bundled names or paths to TOML specs (default: all)")
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
-    p.add_argument("--sources", action="store_true", help="include the source note of every number")
+    p.add_argument("--sources", action="store_true", help="also print the source note of every number (after the table, or in the JSON)")
     p.add_argument("--detect", action="store_true", help="only the spec matching the local GPU (needs CuPy)")
     p.set_defaults(func=run)
 
@@ -74,4 +74,14 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         _table(specs)
+        if args.sources:
+            _print_sources(specs)
     return 0
+
+
+def _print_sources(specs: list[GpuSpec]) -> None:
+    """Every spec's source notes, one `name.field: source` line each."""
+    for s in specs:
+        sys.stdout.write(f"\n{s.name} sources:\n")
+        for field, text in sorted(dict(s.sources).items()):
+            sys.stdout.write(f"  {field}: {text}\n")

@@ -64,12 +64,29 @@ def totals(graph: ModelGraph) -> dict:
     }
 
 
-def report(graph: ModelGraph) -> dict:
-    """The JSON object `inspect --json` prints."""
+def source_opset(graph: ModelGraph) -> int | None:
+    """The default-domain opset the model file declares (before any upgrade), when it has a file."""
+    if not graph.source:
+        return None
+    from ..onnx_import import read_model
+    from ..onnx_shapes import default_opset
+
+    return default_opset(read_model(graph.source)[0])
+
+
+def _opset_text(graph: ModelGraph, declared: int | None) -> str:
+    if declared is None or declared == graph.opset:
+        return f"opset {graph.opset}"
+    return f"opset {declared}, upgraded to {graph.opset}"
+
+
+def report(graph: ModelGraph, declared: int | None = None) -> dict:
+    """The JSON object `inspect --json` prints (`declared`: the file's own opset)."""
     return {
         "model": graph.name,
         "source": graph.source,
         "opset": graph.opset,
+        "source_opset": graph.opset if declared is None else declared,
         "inputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype} for t in graph.inputs],
         "outputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype} for t in graph.outputs],
         "layers": [layer_record(op) for op in graph.ops()],
@@ -89,31 +106,58 @@ def _human(n: float, unit: str = "") -> str:
     return f"{n:.0f}{unit}"
 
 
-def _print_table(graph: ModelGraph, kinds: set[str] | None) -> None:
-    from rich.console import Console
+#: Columns of the inspect table; the ones marked False are dropped on consoles narrower than WIDE.
+COLUMNS = (("#", "right", True), ("name", "left", True), ("kind", "left", True), ("op", "left", False),
+           ("input", "left", True), ("output", "left", True), ("k/s", "left", True), ("g", "right", False),
+           ("epilogue", "left", True), ("params", "right", True), ("FLOPs", "right", False),
+           ("bytes", "right", False))  # fmt: skip
+WIDE = 120
+
+
+def _row(i: int, op: Op) -> list[str]:
+    ks = f"{op.kernel[0]}x{op.kernel[1]}/{op.stride[0]}" if op.is_conv else ""
+    return [
+        str(i), op.name, op.kind, op.op_type,
+        " ".join(_shape(s) for s in op.input_shapes), " ".join(_shape(s) for s in op.output_shapes),
+        ks, str(op.groups) if op.is_conv else "", "+".join(op.epilogue),
+        _human(op.params), _human(op.flops), _human(op.input_bytes + op.output_bytes + op.weight_bytes, "B"),
+    ]  # fmt: skip
+
+
+def layers_table(graph: ModelGraph, kinds: set[str] | None, width: int):
+    """The layers as a rich Table that fits `width` columns: narrow consoles drop op, g, FLOPs and
+    bytes; names and epilogues wrap; shapes and numbers are never cut."""
+    from rich import box
     from rich.table import Table
 
+    keep = [i for i, (_, _, essential) in enumerate(COLUMNS) if essential or width >= WIDE]
+    rows = [_row(i, op) for i, op in enumerate(graph.ops()) if not kinds or op.kind in kinds]
+    table = Table(title=f"{graph.name}: {len(graph)} layers", show_lines=False,
+                  box=box.HEAVY_HEAD if width >= WIDE else box.SIMPLE_HEAD, collapse_padding=width < WIDE,
+                  pad_edge=width >= WIDE, padding=(0, 1) if width >= WIDE else (0, 1, 0, 0))
+    for i in keep:
+        col, justify, _ = COLUMNS[i]
+        if col in ("name", "epilogue", "input", "output"):  # wrap between shapes; fold only long names
+            longest = max([len(col), *(len(w) for r in rows for w in r[i].split())])
+            table.add_column(col, justify=justify, overflow="fold", min_width=min(longest, 10 if col == "name" else 99))
+        else:
+            cells = [len(r[i]) for r in rows]
+            table.add_column(col, justify=justify, no_wrap=True, min_width=max([len(col), *cells]))
+    for r in rows:
+        table.add_row(*(r[i] for i in keep))
+    return table
+
+
+def _print_table(graph: ModelGraph, kinds: set[str] | None) -> None:
+    from rich.console import Console
+
     console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200)
-    table = Table(title=f"{graph.name}: {len(graph)} layers", show_lines=False)
-    for col, justify in (("#", "right"), ("name", "left"), ("kind", "left"), ("op", "left"), ("input", "left"),
-                         ("output", "left"), ("k/s", "left"), ("g", "right"), ("epilogue", "left"),
-                         ("params", "right"), ("FLOPs", "right"), ("bytes", "right")):
-        table.add_column(col, justify=justify, overflow="fold" if col == "name" else "ellipsis")
-    for i, op in enumerate(graph.ops()):
-        if kinds and op.kind not in kinds:
-            continue
-        ks = f"{op.kernel[0]}x{op.kernel[1]}/{op.stride[0]}" if op.is_conv else ""
-        table.add_row(
-            str(i), op.name, op.kind, op.op_type,
-            " ".join(_shape(s) for s in op.input_shapes), " ".join(_shape(s) for s in op.output_shapes),
-            ks, str(op.groups) if op.is_conv else "", "+".join(op.epilogue),
-            _human(op.params), _human(op.flops), _human(op.input_bytes + op.output_bytes + op.weight_bytes, "B"),
-        )
+    table = layers_table(graph, kinds, console.width)
     console.print(table)
     c, t = graph.counts(), totals(graph)
     ins = ", ".join(f"{x.name} {_shape(x.shape)} {x.dtype}" for x in graph.inputs)
     console.print(
-        f"[bold]{graph.name}[/bold] (opset {graph.opset}; inputs {ins}): "
+        f"[bold]{graph.name}[/bold] ({_opset_text(graph, source_opset(graph))}; inputs {ins}): "
         f"{c['dw']} dw, {c['pw']} pw, {c['conv']} conv, {c['linear']} linear, {c['other']} other; "
         f"{_human(t['params'])} params, {_human(t['flops'])}FLOPs, weights {_human(t['weight_bytes'], 'B')}, "
         f"activation traffic layer by layer {_human(t['activation_bytes'], 'B')}"
@@ -123,7 +167,7 @@ def _print_table(graph: ModelGraph, kinds: set[str] | None) -> None:
 def run(args: argparse.Namespace) -> int:
     graph = load_from_args(args)
     if args.json:
-        sys.stdout.write(json.dumps(report(graph)) + "\n")
+        sys.stdout.write(json.dumps(report(graph, source_opset(graph))) + "\n")
         return 0
     kinds = {k.strip() for k in args.kinds.split(",")} if args.kinds else None
     _print_table(graph, kinds)

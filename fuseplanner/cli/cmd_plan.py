@@ -12,6 +12,12 @@ from ..ir import GROUP_KINDS
 from .common import add_model_arguments, load_from_args, parse_input_shapes
 
 DEFAULT_GPU = "h100"
+#: How to read a tile (in `plan --help` and the README).
+TILE_HELP = (
+    "Tiles read THxTW/fTF/cTC/tTHREADS: 8x28/f16/c8/t256 means each thread block computes 8x28 output "
+    "pixels (rows x columns) of the kernel's last layer for 16 of its output channels (filters), loops over "
+    "channels in chunks of 8, and runs 256 threads. 'library' marks a layer run by a library kernel."
+)
 
 
 # ---- options shared with `compare` ----------------------------------------------------------------
@@ -90,6 +96,7 @@ def register(subparsers) -> None:
         description="Find the legal DW/PW fusion groups of an ONNX model, search every feasible tile of "
         "each group and layer, and choose the set of groups that minimises the whole model's predicted "
         "time (or traffic) exactly. Prints a table and a summary line.",
+        epilog=TILE_HELP,
     )
     add_model_arguments(p)
     p.add_argument("--gpu", default=None, metavar="NAME|PATH",
@@ -138,9 +145,7 @@ def run(args: argparse.Namespace) -> int:
     for path, text in outputs:
         export.write_text(text, path)
     if onnx_model is not None:
-        import onnx
-
-        onnx.save_model(onnx_model, args.onnx)
+        export.save_onnx(onnx_model, args.onnx, args.model)
     if note:
         sys.stderr.write(note + "\n")
     if args.json == "-":

@@ -31,7 +31,8 @@ def register(subparsers) -> None:
     p.add_argument("--tiles", choices=("planned", "sweep", "layers"), default="planned",
                    help="planned: the plan's tiles; sweep: also alternative tiles of each group and rejected candidates; "
                    "layers: also alternative tiles of every tiled layer run alone")
-    p.add_argument("--out", default=None, help="output folder (default validation/MODEL-GPU-DTYPE-bBATCH)")
+    p.add_argument("--out", default=None, help="output folder (default validation/MODEL-GPU-DTYPE-bBATCH; with "
+                   "--from-results the results' folder, where the results file read is never overwritten)")
     p.add_argument("--no-ncu", action="store_true", help="do not read traffic counters (counter-free run)")
     p.add_argument("--require-ncu", action="store_true", help="fail when Nsight Compute counters cannot be read")
     p.add_argument("--ncu-timeout", type=positive_int, default=600, metavar="S",
@@ -59,7 +60,7 @@ def _repredicted(args: argparse.Namespace, out: Path) -> dict:
     spec = specs.gpu(data["meta"]["gpu"]) if args.gpu == "auto" else resolve_gpu(args.gpu)
     fresh = fit.repredict(data, spec)
     fresh.pop("summary", None)
-    return write_report(fresh, out)
+    return write_report(fresh, out, source=args.from_results)
 
 
 def resolve_gpu(name: str):

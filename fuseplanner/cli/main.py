@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 
 from .. import __version__
-from ..errors import FusePlannerError
+from ..errors import FusePlannerError, ModelNote
 
 COMMANDS = ("inspect", "gpus", "plan", "compare", "validate", "calibrate", "run")
 
@@ -44,6 +45,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _note_printer():
+    """A `warnings.showwarning` that prints each distinct ModelNote once as a `note:` line."""
+    shown: set[str] = set()
+    default = warnings.showwarning
+
+    def show(message, category, *args, **kwargs):
+        if not issubclass(category, ModelNote):
+            return default(message, category, *args, **kwargs)
+        if str(message) not in shown:
+            shown.add(str(message))
+            sys.stderr.write(f"note: {message}\n")
+        return None
+
+    return show
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -51,7 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", ModelNote)
+            warnings.showwarning = _note_printer()
+            return int(args.func(args) or 0)
     except FusePlannerError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2

@@ -28,7 +28,12 @@ def _pct(before: float, after: float) -> str:
     return f"{(before - after) / before * 100:.1f}%" if before else "-"
 
 
-def groups_table(plan: Plan) -> Table:
+#: Below this console width the group members move from the groups table to a table of their own.
+WIDE = 100
+
+
+def groups_table(plan: Plan, nodes: bool = True) -> Table:
+    """The fused groups; `nodes`: with the member names as the last column."""
     t = Table(
         title=f"Fused groups ({len(plan.groups)}); saving by {plan.objective} against the members run layer by layer",
         title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
@@ -38,7 +43,8 @@ def groups_table(plan: Plan) -> Table:
     t.add_column("tile", no_wrap=True)
     for col in ("time us", "GMA MB", "DRAM MB", "saving"):
         t.add_column(col, justify="right", no_wrap=True)
-    t.add_column("nodes", overflow="fold")
+    if nodes:
+        t.add_column("nodes", overflow="fold")
     for i, g in enumerate(plan.groups):
         t.add_row(
             str(i),
@@ -48,8 +54,18 @@ def groups_table(plan: Plan) -> Table:
             _mb(g.fused.gma_bytes),
             _mb(g.fused.dram_bytes),
             _pct(g.unfused.metric(plan.objective), g.fused.metric(plan.objective)),
-            " ".join(g.nodes),
+            *([" ".join(g.nodes)] if nodes else []),
         )
+    return t
+
+
+def members_table(plan: Plan) -> Table:
+    """Group number -> member names (the groups table's last column, for narrow consoles)."""
+    t = Table(title="Members of each group", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    t.add_column("#", justify="right", no_wrap=True)
+    t.add_column("nodes", overflow="fold")
+    for i, g in enumerate(plan.groups):
+        t.add_row(str(i), " ".join(g.nodes))
     return t
 
 
@@ -81,8 +97,11 @@ def totals_table(plan: Plan) -> Table:
 def print_plan(plan: Plan, console: Console | None = None) -> None:
     """The plan's tables and summary line on stdout."""
     con = console or Console(highlight=False)
-    if plan.groups:
+    if plan.groups and con.width >= WIDE:
         con.print(groups_table(plan))
+    elif plan.groups:
+        con.print(groups_table(plan, nodes=False))
+        con.print(members_table(plan))
     else:
         con.print("No fused group helps on this GPU with these settings.")
     con.print(layers_table(plan))
@@ -103,14 +122,12 @@ def compare_table(plans: Sequence[Plan]) -> Table:
     p0 = plans[0]
     t = Table(
         title=f"{p0.model} ({p0.dtype}, batch {p0.batch}, objective {p0.objective}): layer by layer (LBL) vs plan",
-        title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+        title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
     )
-    t.add_column("GPU", no_wrap=True)
-    for col in ("groups", "layers", "LBL us", "plan us", "-time", "-GMA", "-DRAM", "kernels"):
-        t.add_column(col, justify="right", no_wrap=True)
+    rows = []
     for p in plans:
         u, q = p.totals.unfused, p.totals.planned
-        t.add_row(
+        rows.append([
             p.gpu,
             str(len(p.groups)),
             str(sum(len(g.nodes) for g in p.groups)),
@@ -120,7 +137,13 @@ def compare_table(plans: Sequence[Plan]) -> Table:
             _pct(u.gma_bytes, q.gma_bytes),
             _pct(u.dram_bytes, q.dram_bytes),
             f"{u.launches}->{q.launches}",
-        )
+        ])
+    heads = ("GPU", "groups", "layers", "LBL us", "plan us", "-time", "-GMA", "-DRAM", "kernels")
+    for i, col in enumerate(heads):  # every cell keeps its full width: numbers are never cut
+        width = max(len(col), *(len(r[i]) for r in rows))
+        t.add_column(col, justify="left" if i == 0 else "right", no_wrap=True, min_width=width)
+    for r in rows:
+        t.add_row(*r)
     return t
 
 
