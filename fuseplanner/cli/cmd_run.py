@@ -35,6 +35,8 @@ def register(subparsers) -> None:
     p.add_argument("--output", default=None, metavar="OUT.npz", help="write the outputs")
     p.add_argument("--check", action="store_true", help="compare the outputs with onnxruntime (CPU)")
     p.add_argument("--bench", action="store_true", help="time CUDA-graph replays (median, p10, p90)")
+    p.add_argument("--nodes", type=positive_int, default=None, metavar="N",
+                   help="time every step in stream mode (CUDA events) and print the N slowest, plus totals by kind")
     p.add_argument("--replays", type=positive_int, default=200, metavar="N", help="replays for --bench (default 200)")
     p.add_argument("--device", choices=("gpu", "cpu"), default="gpu",
                    help="gpu (default) or cpu (NumPy, planned kernels by the float64 reference)")
@@ -57,8 +59,8 @@ def _input_files(items: list[str]) -> dict[str, Path]:
 def _check_args(args: argparse.Namespace) -> dict[str, Path]:
     if args.plan and args.no_fuse:
         raise PlanError("give either --plan or --no-fuse, not both")
-    if args.bench and args.device != "gpu":
-        raise PlanError("--bench times CUDA-graph replays: it needs --device gpu")
+    if (args.bench or args.nodes) and args.device != "gpu":
+        raise PlanError("--bench and --nodes time the GPU: they need --device gpu")
     if args.output:
         from fuseplanner.cli.cmd_plan import check_output_path
 
@@ -108,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
         status = _check(net, args, shapes, inputs, outputs)
     if args.bench:
         _bench(net, args.replays)
+    if args.nodes:
+        _nodes(net, inputs, args.nodes)
     return status
 
 
@@ -134,6 +138,20 @@ def _check(net, args, shapes, inputs, outputs) -> int:
     if not res.ok:
         sys.stderr.write(f"error: outputs differ from onnxruntime by {res.error:.3e} > {res.tolerance:g}\n")
     return 0 if res.ok else 1
+
+
+def _nodes(net, inputs, top: int) -> None:
+    """The slowest steps and the time per step kind (library steps by op type), stream mode."""
+    times = net.time_nodes(inputs)
+    total = sum(t.seconds for t in times)
+    print(f"per-step times, stream mode (CUDA events, median of 20): {len(times)} steps, {total * 1e6:.1f} us in all")
+    for t in sorted(times, key=lambda t: -t.seconds)[:top]:
+        print(f"  {t.seconds * 1e6:8.1f} us  {t.kind:<9} {t.op_type:<20} {t.label}")
+    by: dict[str, list[float]] = {}
+    for t in times:
+        by.setdefault(t.op_type if t.kind == "library" else t.kind, []).append(t.seconds)
+    for key, vals in sorted(by.items(), key=lambda kv: -sum(kv[1])):
+        print(f"  {sum(vals) * 1e6:8.1f} us  {len(vals):4d} x {key}")
 
 
 def _bench(net, replays: int) -> None:

@@ -9,7 +9,10 @@ kernel per distinct (shapes, strides, dtypes), cached.
 
 Tiling: 64 x 64 outputs per 256-thread block, 16-deep K slices staged in shared memory as float32; each
 thread accumulates a 4 x 4 sub-tile. Operand tiles are read with the unit-stride dimension fastest
-across threads when there is one (coalesced for row- and column-major operands alike).
+across threads when there is one (coalesced for row- and column-major operands alike). Matrix-vector
+products (one output column or row: squeeze-and-excitation 1x1 convs over a 1x1 map, classifiers at
+batch 1) run one warp per output instead, lanes striding over K, so a long K loop is spread over the
+whole GPU rather than one block.
 """
 
 from __future__ import annotations
@@ -86,16 +89,44 @@ extern "C" __global__ void __launch_bounds__(256) fp_gemm(const TA* __restrict__
 """
 
 
+_GEMV = r"""
+extern "C" __global__ void __launch_bounds__(256) fp_gemv(const TM* __restrict__ Mt, const TV* __restrict__ V,
+                                                          TC* __restrict__ C) {
+    long long r = blockIdx.z, om = 0, ov = 0;
+    { long long i = r % BD3; r /= BD3; om += i * SA3; ov += i * SB3; }
+    { long long i = r % BD2; r /= BD2; om += i * SA2; ov += i * SB2; }
+    { long long i = r % BD1; r /= BD1; om += i * SA1; ov += i * SB1; }
+    om += r * SA0; ov += r * SB0;
+    const int row = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= GR) return;
+    float acc = 0.f;
+    for (int k = lane; k < GK; k += 32)
+        acc = fmaf(ld(Mt, om + (long long)row * SR + (long long)k * SK), ld(V, ov + (long long)k * SV), acc);
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
+    if (lane == 0) st(C, (long long)blockIdx.z * GR + row, acc);
+}
+"""
+
+
 def _elem_strides(a: Any) -> tuple[int, ...]:
     return tuple(s // a.itemsize for s in a.strides)
 
 
+_HELPERS, _TILED = _SOURCE.split('extern "C"', 1)
+
+
 @functools.cache
-def _kernel(defines: tuple[tuple[str, str], ...]):
+def _kernel(name: str, defines: tuple[tuple[str, str], ...]):
     import cupy
 
     head = "".join(f"#define {k} {v}\n" for k, v in defines)
-    return cupy.RawKernel(head + _SOURCE, "fp_gemm", options=("-std=c++17",))
+    body = _HELPERS + ('extern "C"' + _TILED if name == "fp_gemm" else _GEMV)
+    return cupy.RawKernel(head + body, name, options=("-std=c++17",))
+
+
+def _defines(d: dict) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((key, str(v)) for key, v in d.items()))
 
 
 def _batch_layout(a: Any, b: Any, batch: tuple[int, ...]) -> dict[str, int]:
@@ -123,11 +154,32 @@ def batched_gemm(cp: Any, a: Any, b: Any, out: Any) -> None:
     if not out.flags.c_contiguous:
         raise ValueError("gemm writes a C-contiguous output")
     (sam, sak), (sbk, sbn) = _elem_strides(a)[-2:], _elem_strides(b)[-2:]
+    blocks = int(np.prod(batch)) if batch else 1
+    if not (blocks and m and n):
+        return
+    if n == 1 or m == 1:
+        _gemv(a, b, out, batch, blocks)
+        return
     defines = {"TA": _TYPES[a.dtype], "TB": _TYPES[b.dtype], "TC": _TYPES[out.dtype], "GM": m, "GN": n, "GK": k,
                "SAM": sam, "SAK": sak, "SBK": sbk, "SBN": sbn, "A_KFAST": int(sak == 1 and sam != 1),
                "B_KFAST": int(sbk == 1 and sbn != 1), **_batch_layout(a, b, batch)}
-    kernel = _kernel(tuple(sorted((key, str(v)) for key, v in defines.items())))
-    blocks = int(np.prod(batch)) if batch else 1
     grid = ((n + 63) // 64, (m + 63) // 64, blocks)
-    if blocks and m and n:
-        kernel(grid, (256, 1, 1), (a, b, out))
+    _kernel("fp_gemm", _defines(defines))(grid, (256, 1, 1), (a, b, out))
+
+
+def _gemv(a: Any, b: Any, out: Any, batch: tuple[int, ...], blocks: int) -> None:
+    """One output column (n == 1: rows of a times the vector b) or row (m == 1: columns of b times the
+    vector a), one warp per output element."""
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    (sam, sak), (sbk, sbn) = _elem_strides(a)[-2:], _elem_strides(b)[-2:]
+    layout = _batch_layout(a, b, batch)
+    if n == 1:
+        mat, vec, rows, sr, sk, sv = a, b, m, sam, sak, sbk
+    else:  # m == 1: swap the operands' roles (and their batch strides)
+        mat, vec, rows, sr, sk, sv = b, a, n, sbn, sbk, sak
+        for i in range(_MAX_BATCH_DIMS):
+            layout[f"SA{i}"], layout[f"SB{i}"] = layout[f"SB{i}"], layout[f"SA{i}"]
+    defines = {"TM": _TYPES[mat.dtype], "TV": _TYPES[vec.dtype], "TC": _TYPES[out.dtype], "GR": rows, "GK": k,
+               "SR": sr, "SK": sk, "SV": sv, **layout}
+    grid = ((rows + 7) // 8, 1, blocks)
+    _kernel("fp_gemv", _defines(defines))(grid, (256, 1, 1), (mat, vec, out))

@@ -103,9 +103,37 @@ def _unary_fn(xp: Any, node: Node) -> Fn:
     return _gelu(xp, approximate)
 
 
+#: CUDA expressions of the float activations over `v` (the input as float32): the GPU computes each op in
+#: one elementwise kernel, the same function as the NumPy composition above.
+_CUDA_EXPR = {
+    "Sqrt": "sqrtf(v)", "Exp": "expf(v)", "Tanh": "tanhf(v)", "Neg": "-v", "Abs": "fabsf(v)", "Reciprocal": "1.f / v",
+    "Relu": "fmaxf(v, 0.f)", "Erf": "erff(v)", "Sigmoid": "1.f / (1.f + expf(-v))",
+    "HardSigmoid": "fminf(fmaxf(ALPHA * v + BETA, 0.f), 1.f)",
+    "HardSwish": "v * fminf(fmaxf(v * (1.f / 6.f) + 0.5f, 0.f), 1.f)", "LeakyRelu": "v >= 0.f ? v : v * ALPHA",
+    "Gelu": "0.5f * v * (1.f + erff(v * 0.70710678118654752f))",
+    "GeluTanh": "0.5f * v * (1.f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)))",
+}
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
+
+
+def _cuda_unary(cp: Any, node: Node) -> Kernel | None:
+    """One CuPy elementwise kernel for a float activation, or None where the generic path applies."""
+    key = "GeluTanh" if node.op_type == "Gelu" and node.attr("approximate", "none") == "tanh" else node.op_type
+    if key not in _CUDA_EXPR or np.dtype(node.input_dtypes[0]) not in _FLOATS:
+        return None
+    default_alpha = 0.2 if node.op_type == "HardSigmoid" else 0.01
+    alpha, beta = float(node.attr("alpha", default_alpha)), float(node.attr("beta", 0.5))
+    expr = _CUDA_EXPR[key].replace("ALPHA", f"{alpha!r}f").replace("BETA", f"{beta!r}f")
+    kern = cp.ElementwiseKernel("T x", "O y", f"float v = (float)x; y = (O)({expr});", f"fuseplanner_{key.lower()}")
+    return lambda ins, outs: kern(ins[0], outs[0])
+
+
 @register("Sqrt", "Exp", "Erf", "Tanh", "Sigmoid", "HardSigmoid", "HardSwish", "Relu", "LeakyRelu", "Gelu",
           "Neg", "Abs", "Reciprocal", "Not")
 def unary(xp: Any, node: Node) -> Kernel:
+    fast = None if is_numpy(xp) else _cuda_unary(xp, node)
+    if fast is not None:
+        return fast
     fn = _unary_fn(xp, node)
     work = compute_dtype(node.input_dtypes[0])
     if work == np.dtype(node.output_dtypes[0]):
