@@ -14,7 +14,7 @@ import sys
 from .. import __version__
 from ..errors import FusePlannerError
 
-COMMANDS = ("inspect", "gpus", "plan", "compare", "validate", "calibrate")
+COMMANDS = ("inspect", "gpus", "plan", "compare", "validate", "calibrate", "analyze")
 
 
 class _Parser(argparse.ArgumentParser):
