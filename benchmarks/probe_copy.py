@@ -118,7 +118,7 @@ def distinct_sectors(name: str) -> int:
 def launch_once(cfg: str) -> dict:
     import cupy as cp
 
-    from fuseplanner.kernels._build import compile_kernel, launch
+    from fuseplanner.kernels import compile_kernel, launch
 
     name, mode, vb, dyn, pad, ks = parse(cfg)
     blocks, seg, rows, pitch, region, div, ndist, _ = pattern(name)
