@@ -25,3 +25,7 @@ class DeviceError(FusePlannerError, RuntimeError):
 
 class TileError(FusePlannerError, ValueError):
     """A tile is infeasible for a kernel; the message is the cost model's reason."""
+
+
+class AnalysisError(FusePlannerError, ValueError):
+    """Saved validation runs cannot be analysed as asked (a missing file, nothing to analyse)."""

@@ -19,9 +19,10 @@ from fuseplanner import fit, report, specs
 from fuseplanner.analysis import accuracy as acc
 from fuseplanner.analysis import decisions as dec
 from fuseplanner.analysis import plan_totals, register_checks, tile_choices
-from fuseplanner.analysis.runs import AnalysisError, Run, fuse_threshold, load_runs
+from fuseplanner.analysis.runs import Run, fuse_threshold, load_runs
 from fuseplanner.analysis.tables import Table, markdown
 from fuseplanner.cli.main import main
+from fuseplanner.errors import AnalysisError
 from fuseplanner.ir import Tile
 
 FIX = Path(__file__).parent / "fixtures"
@@ -276,3 +277,23 @@ def test_markdown_escapes_pipes_and_tables_check_their_rows():
     assert markdown(t) == "**T**\n\n| a | b |\n|---|---:|\n| x\\|y | 1 |\n\nn\n"
     with pytest.raises(ValueError, match="1 cells for 2 columns"):
         Table("T", ("a", "b"), (("x",),))
+
+
+def test_compiled_registers_set_the_compiler_against_the_estimate():
+    from fuseplanner import tiles
+    from fuseplanner.analysis import nvcc_registers as nv
+
+    spec = specs.gpu("h100")
+    jobs = nv.distinct_fused_steps(load_runs([LAYERS]), spec)
+    assert sorted(st.kind for st, _, _ in jobs) == ["dw_pw", "pw_dw", "pw_dw_pw"]  # one planned tile per group
+
+    def twice(nvcc, step, dtype, precision, workdir):  # a compiler allocating twice the estimate, failing on dw_pw
+        return None if step.kind == "dw_pw" else 2 * tiles.regs_per_thread(step.kind, step.tile, dtype)
+
+    rows = nv.compiled_registers(jobs, spec, "nvcc", compile_fn=twice)
+    assert sorted(r.kind for r in rows) == ["pw_dw", "pw_dw_pw"] and all(r.allocated == 2 * r.estimated for r in rows)
+    # twice the registers never allows more blocks per SM than the estimate
+    assert all(r.bps_allocated <= r.bps_estimated for r in rows)
+    table = nv.compiled_table(rows, len(jobs))
+    assert [row[3] for row in table.rows] == ["2.00", "2.00"] and table.note.startswith("2 of 3 distinct fused tiles")
+    assert nv.USED.findall("ptxas info    : Used 64 registers, 384 bytes cmem[0]") == ["64"]

@@ -18,6 +18,7 @@ import numpy as np
 from fuseplanner import fit, report
 from fuseplanner.analysis.runs import Run
 from fuseplanner.analysis.tables import Table
+from fuseplanner.errors import AnalysisError
 
 
 @dataclass(frozen=True)
@@ -132,3 +133,15 @@ def misses_table(groups: Sequence[GroupDecision], threshold: float, rho: float |
         note=f"{len(cells)} of {len(groups)} groups disagree. Spearman rho of predicted vs measured unfused/fused "
         f"over all groups: {rank}; median |log(predicted / measured)|: {spread}.",
     )  # fmt: skip
+
+
+def decision_tables(runs: Sequence[Run], threshold: float, lo: float = 0.8, hi: float = 2.0,
+                    step: float = 0.05) -> list[Table]:
+    """The threshold scan from `lo` to `hi` and the groups disagreeing at `threshold` (the spec's)."""
+    if step <= 0 or hi < lo:
+        raise AnalysisError("--from must not exceed --to, and --step must be positive")
+    groups = [g for run in runs for g in group_decisions(run)]
+    if not groups:
+        raise AnalysisError("no group of these runs was measured both fused and unfused")
+    rho, spread = ranking(groups)
+    return [scan_table(threshold_scan(groups, lo, hi, step), threshold), misses_table(groups, threshold, rho, spread)]

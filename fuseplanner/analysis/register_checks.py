@@ -27,6 +27,7 @@ from fuseplanner import registers
 from fuseplanner.analysis.runs import Run
 from fuseplanner.analysis.tables import Table
 from fuseplanner.cost.time import blocks_per_sm
+from fuseplanner.errors import AnalysisError
 from fuseplanner.ir import Tile
 
 MAX_SLOPE = 2.0
@@ -168,3 +169,12 @@ def spill_table(scan: SpillScan) -> Table:
         rows=cells, numeric=(False, True, True, True, True),
         note="Registers from the table (`registers.wanted`, before the ceiling); predictions as recorded.",
     )  # fmt: skip
+
+
+def register_tables(runs: Sequence[Run], hw: Any) -> tuple[list[Table], dict]:
+    """(the fit and spill tables, the fitted register table) of the runs' recorded launches."""
+    rows = launches(runs)
+    if not rows:
+        raise AnalysisError("no record of these runs carries measured.kernels (validate records them)")
+    table = fit_table(rows)
+    return [fit_result_table(rows, table, hw), spill_table(spill_scan(runs))], table

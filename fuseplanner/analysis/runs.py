@@ -8,11 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from fuseplanner import fit, report
-from fuseplanner.errors import FusePlannerError
-
-
-class AnalysisError(FusePlannerError, ValueError):
-    """Saved runs cannot be analysed as asked (missing file, nothing to analyse)."""
+from fuseplanner.errors import AnalysisError
 
 
 @dataclass(frozen=True)

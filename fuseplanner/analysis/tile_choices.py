@@ -16,6 +16,7 @@ import numpy as np
 from fuseplanner import report
 from fuseplanner.analysis.runs import Run
 from fuseplanner.analysis.tables import Table
+from fuseplanner.errors import AnalysisError
 
 
 @dataclass(frozen=True)
@@ -97,3 +98,11 @@ def ratios_table(runs: Sequence[Run]) -> Table:
 def _kind_rows(label: str, ratios: dict[tuple[str, str], list[float]]) -> list[tuple[str, ...]]:
     return [(label, kind, _ratio_cell(ratios.get((kind, "chosen"), [])), _ratio_cell(ratios.get((kind, "alternative"), [])))
             for kind in sorted({k for k, _ in ratios})]  # fmt: skip
+
+
+def tile_tables(runs: Sequence[Run]) -> list[Table]:
+    """The layer-choice table and the predicted / measured ratios of the runs' layer sweeps."""
+    rows = [layer_choices(run) for run in runs]
+    if not any(r.layers for r in rows):
+        raise AnalysisError("no layer of these runs was swept alone: validate with --tiles layers")
+    return [choices_table(rows), ratios_table(runs)]

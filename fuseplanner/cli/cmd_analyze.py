@@ -8,7 +8,6 @@ import shutil
 import sys
 
 from fuseplanner.cli.cmd_plan import check_output_path
-from fuseplanner.errors import PlanError
 
 HELP = {
     "accuracy": "prediction errors (GMA, DRAM, time) and fuse decisions, per run and pooled",
@@ -78,7 +77,7 @@ def _show(tables, args, extra: str = "") -> int:
     from rich.console import Console
     from rich.table import Table as RichTable
 
-    con = Console(highlight=False)
+    con = Console(highlight=False, markup=False)  # cells are plain text
     for t in tables:
         rt = RichTable(title=t.title)
         for i, c in enumerate(t.columns):
@@ -89,7 +88,7 @@ def _show(tables, args, extra: str = "") -> int:
         if t.note:
             con.print(t.note)
     if extra:
-        con.print(extra, markup=False)
+        con.print(extra)
     if args.markdown:
         from fuseplanner.export import write_text
 
@@ -106,51 +105,34 @@ def run_accuracy(args: argparse.Namespace) -> int:
 
 
 def run_decisions(args: argparse.Namespace) -> int:
-    from fuseplanner.analysis import decisions as dec
-    from fuseplanner.analysis.runs import AnalysisError, fuse_threshold
+    from fuseplanner.analysis.decisions import decision_tables
+    from fuseplanner.analysis.runs import fuse_threshold
 
-    if args.step <= 0 or args.hi < args.lo:
-        raise PlanError("--from must not exceed --to, and --step must be positive")
     spec, runs = _load(args)
-    groups = [g for run in runs for g in dec.group_decisions(run)]
-    if not groups:
-        raise AnalysisError("no group of these runs was measured both fused and unfused")
-    tau = fuse_threshold(spec)
-    rho, spread = dec.ranking(groups)
-    scan = dec.threshold_scan(groups, args.lo, args.hi, args.step)
-    return _show([dec.scan_table(scan, tau), dec.misses_table(groups, tau, rho, spread)], args)
+    return _show(decision_tables(runs, fuse_threshold(spec), args.lo, args.hi, args.step), args)
 
 
 def run_tiles(args: argparse.Namespace) -> int:
-    from fuseplanner.analysis import tile_choices as tc
-    from fuseplanner.analysis.runs import AnalysisError
+    from fuseplanner.analysis.tile_choices import tile_tables
 
-    _, runs = _load(args)
-    rows = [tc.layer_choices(run) for run in runs]
-    if not any(r.layers for r in rows):
-        raise AnalysisError("no layer of these runs was swept alone: validate with --tiles layers")
-    return _show([tc.choices_table(rows), tc.ratios_table(runs)], args)
+    return _show(tile_tables(_load(args)[1]), args)
 
 
 def run_registers(args: argparse.Namespace) -> int:
     from fuseplanner.analysis import register_checks as rc
-    from fuseplanner.analysis.runs import AnalysisError
+    from fuseplanner.errors import AnalysisError
 
     nvcc = shutil.which("nvcc") if args.compile else None
     if args.compile and nvcc is None:
         raise AnalysisError("--compile needs nvcc on PATH (the CUDA toolkit; no GPU)")
     spec, runs = _load(args, predicted=False)
-    rows = rc.launches(runs)
-    if not rows:
-        raise AnalysisError("no record of these runs carries measured.kernels (validate records them)")
-    table = rc.fit_table(rows)
-    tables = [rc.fit_result_table(rows, table, spec.hw), rc.spill_table(rc.spill_scan(runs))]
+    tables, fitted = rc.register_tables(runs, spec.hw)
     if nvcc:
         from fuseplanner.analysis import nvcc_registers as nv
 
         jobs = nv.distinct_fused_steps(runs, spec)
         tables.append(nv.compiled_table(nv.compiled_registers(jobs, spec, nvcc, max(1, args.jobs)), len(jobs)))
-    return _show(tables, args, "\n" + rc.python_source(table) if args.python else "")
+    return _show(tables, args, "\n" + rc.python_source(fitted) if args.python else "")
 
 
 def run_plans(args: argparse.Namespace) -> int:
