@@ -28,7 +28,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from fuseplanner import kernels, planner, tiles  # noqa: E402
 from fuseplanner.ir import Op  # noqa: E402
-from fuseplanner.kernels._common import device_spec  # noqa: E402
+from fuseplanner.kernels import device_spec  # noqa: E402
 from fuseplanner.measure import time_kernel  # noqa: E402
 from fuseplanner.reference import random_params, reference  # noqa: E402
 

@@ -103,13 +103,13 @@ def shortlist(kind: str, ops, dtype: str, precision: str, batch: int, gpu, n: in
 # ---- compile in parallel (fills CuPy's on-disk kernel cache) ----------------------------------------
 def _compile_one(job):
     kind, ops, tile, dtype, precision, biases, residual = job
-    from fuseplanner.kernels import _build
+    from fuseplanner.kernels import compile_kernel
     from fuseplanner.kernels.fused import SOURCES, kernel_defines
 
     d = kernel_defines(kind, ops, tile, dtype, precision, biases, residual)
     src, name = SOURCES[kind]
     try:
-        _build.compile_kernel(src, name, d)
+        compile_kernel(src, name, d)
         return None
     except Exception as exc:  # report, keep going
         return f"{kind} {tile} {dtype}/{precision}: {exc}"
@@ -333,7 +333,7 @@ def main(argv=None) -> int:
     outdir.mkdir(parents=True, exist_ok=True)
     import cupy as cp
 
-    from fuseplanner.kernels._common import device_spec
+    from fuseplanner.kernels import device_spec
 
     gpu = device_spec(cp)
     t0 = time.time()

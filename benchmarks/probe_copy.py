@@ -3,7 +3,7 @@ what the L2 read counter sees for one global -> shared copy pattern and instruct
 serves the sectors the blocks ask for, or more (the linear and fp16 weight copies of the kernels read
 1.3-1.5x their sectors, docs/validation.md), independent of any kernel's math.
 
-    bash scripts/probe_reads.sh OUT --copy [PATTERN:MODE:VB ...]    # on the GPU, under ncu
+    python3 scripts/gpu_run.py OUT probe-copy[:PATTERN:MODE:VB,...]    # on the GPU, under ncu
     python3 benchmarks/probe_copy.py --report OUT                    # CPU: counters vs sectors asked for
 
 PATTERN names one of PATTERNS; optional fields after VB: kbN (each block's shared memory, N KB, which
@@ -118,7 +118,7 @@ def distinct_sectors(name: str) -> int:
 def launch_once(cfg: str) -> dict:
     import cupy as cp
 
-    from fuseplanner.kernels._build import compile_kernel, launch
+    from fuseplanner.kernels import compile_kernel, launch
 
     name, mode, vb, dyn, pad, ks = parse(cfg)
     blocks, seg, rows, pitch, region, div, ndist, _ = pattern(name)

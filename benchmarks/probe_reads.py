@@ -1,7 +1,7 @@
 """Launch chosen kernels once each (no timing) so that Nsight Compute can read where their global
 reads go: which of the bytes the cost model counts reach L2, and which L1 serves. The evidence behind
 the read model of `fuseplanner.cost` (docs/cost_model.md, "What reaches L2"); run it with
-`scripts/probe_reads.sh`, which wraps it in `ncu` and writes the CSV.
+`scripts/gpu_run.py OUT probe-reads`, which wraps it in `ncu` and writes the CSV.
 
     python3 benchmarks/probe_reads.py [CASE:DTYPE:TILE ...]      # default: the built-in list
     python3 benchmarks/probe_reads.py --report DIR [--gpu h100]   # CPU: DIR's counters vs the model
@@ -107,8 +107,8 @@ COLUMNS = {
 
 
 def counters(folder: Path, stem: str = "probe_reads") -> list[tuple[str, dict[str, float]]]:
-    """(config, {metric: value}) per launched config, from scripts/probe_reads.sh's output folder
-    (`stem`.csv and `stem`.jsonl)."""
+    """(config, {metric: value}) per launched config, from the folder of a probe-reads task of
+    scripts/gpu_run.py (`stem`.csv and `stem`.jsonl)."""
     from fuseplanner.ncu import parse_csv
 
     per = [dict(k.metrics) for k in parse_csv((folder / f"{stem}.csv").read_text())]

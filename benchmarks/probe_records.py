@@ -36,8 +36,8 @@ def record_steps(spec: str) -> tuple[dict, tuple]:
     if rec is None:
         raise SystemExit(f"{path}: no record {rid!r}")
     meta = data["meta"]
-    graph = fit._graph(path, meta["model"], int(meta["batch"]), {})
-    return meta, fit._steps(rec, graph, int(meta["batch"]))
+    graph = fit.results_graph(path, meta["model"], int(meta["batch"]), {})
+    return meta, fit.record_steps(rec, graph, int(meta["batch"]))
 
 
 def _forced_split(ks: int | None):
@@ -54,7 +54,7 @@ def probe_step(step, meta: dict, ks: int | None, repeat: int, ncu: bool) -> dict
     import cupy as cp
 
     from fuseplanner import kernels
-    from fuseplanner.kernels._common import device_props
+    from fuseplanner.kernels import device_props
     from fuseplanner.measure import time_kernel
     from fuseplanner.reference import random_input, random_params, reference
 

@@ -32,7 +32,7 @@ from bench_kernels import PW, TOL, make_op, rel_err  # noqa: E402
 
 from fuseplanner import kernels, planner, tiles  # noqa: E402
 from fuseplanner.ir import Tile  # noqa: E402
-from fuseplanner.kernels._common import device_spec  # noqa: E402
+from fuseplanner.kernels import device_spec  # noqa: E402
 from fuseplanner.measure import time_kernel  # noqa: E402
 from fuseplanner.reference import random_params, reference  # noqa: E402
 

@@ -30,3 +30,7 @@ class TileError(FusePlannerError, ValueError):
 class ModelNote(UserWarning):
     """A choice made for the user that changes the answer (e.g. a dynamic batch set to 1); the CLI
     prints it as one `note:` line."""
+
+
+class AnalysisError(FusePlannerError, ValueError):
+    """Saved validation runs cannot be analysed as asked (a missing file, nothing to analyse)."""

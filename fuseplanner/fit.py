@@ -106,7 +106,8 @@ class Fit:
                 "before": self.before, "after": self.after}  # fmt: skip
 
 
-def _steps(rec: dict, graph, batch: int) -> tuple[Step, ...]:
+def record_steps(rec: dict, graph, batch: int) -> tuple[Step, ...]:
+    """The launches of a saved record (its nodes in `graph` at `batch`, its tiles and step kinds)."""
     ops = [graph.op(n).with_batch(batch) for n in rec["nodes"]]
     tiles = [Tile(**t) for t in rec["tiles"]]
     kinds = rec["step_kinds"]
@@ -117,7 +118,7 @@ def _steps(rec: dict, graph, batch: int) -> tuple[Step, ...]:
                  for i, (k, op, t) in enumerate(zip(kinds, ops, tiles, strict=True)))  # fmt: skip
 
 
-def _graph(path: str | Path, name: str, batch: int, cache: dict[tuple[str, int], Any]):
+def results_graph(path: str | Path, name: str, batch: int, cache: dict[tuple[str, int], Any]):
     """The model a results file was measured on, loaded with its batch as `validate --batch` loads it
     (a 2-D Gemm's token count is the batch, which `Op.with_batch` leaves alone)."""
     from .onnx_import import load_model
@@ -138,14 +139,14 @@ def load_samples(paths: Iterable[str | Path], model: str | None = None) -> list[
         data = load_results(path)
         meta, records = data["meta"], data["records"]
         batch = int(meta["batch"])
-        graph = _graph(path, model or meta["model"], batch, graphs)
+        graph = results_graph(path, model or meta["model"], batch, graphs)
         for rec in records:
             m = rec.get("measured") or {}
             if not m.get("time_cold_s") or not (rec.get("check") or {}).get("ok", False):
                 continue
             samples.append(Sample(
                 id=f"{Path(path).parent.name}:{rec['id']}", kind=rec["kind"],
-                steps=_steps(rec, graph, batch), dtype=meta["dtype"], batch=batch,
+                steps=record_steps(rec, graph, batch), dtype=meta["dtype"], batch=batch,
                 precision=meta.get("precision", "fp32"), time_s=float(m["time_cold_s"]),
                 gma_bytes=m.get("gma_bytes") if m.get("traffic") == "ncu" else None, role=rec.get("role", ""),
                 group=f"{path}:{rec['group']}" if rec.get("group") else None,
@@ -163,10 +164,10 @@ def repredict(data: dict, spec: Any, model: str | None = None) -> dict:
     out = copy.deepcopy(data)
     meta = out["meta"]
     batch = int(meta["batch"])
-    graph = _graph("results", model or meta["model"], batch, {})
+    graph = results_graph("results", model or meta["model"], batch, {})
     for rec in out["records"]:
         if rec.get("nodes") and rec.get("tiles") and rec.get("step_kinds"):
-            total = steps_cost(_steps(rec, graph, batch), meta["dtype"], batch, spec, meta.get("precision", "fp32"))
+            total = steps_cost(record_steps(rec, graph, batch), meta["dtype"], batch, spec, meta.get("precision", "fp32"))
             d = None  # a launch the current model refuses: no prediction, and never the planner's tile
             if total is not None:
                 d = total.as_dict()

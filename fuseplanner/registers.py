@@ -7,7 +7,7 @@ fixed base (`accumulators`) missed by 19 registers in median and overstated the 
 of 1,970 launches on the H100 (a 256-thread exact-fp32 DW->PW block compiles to about 114 registers,
 two blocks per SM, not five). `COMPILED` holds what the compiler allocates, per kernel kind and
 storage dtype: a base per block size plus a slope per accumulated output, fitted by
-`scripts/register_fit.py` to the registers CuPy's NVRTC allocated to every launch of
+`fuseplanner analyze registers` to the registers CuPy's NVRTC allocated to every launch of
 a set of H100 sweeps (sm_90; `fuseplanner validate` records them in
 `measured.kernels`). With it the implied blocks per SM match 1,628 of the 1,970 launches. The fused
 rows were refitted once the fused kernels were rewritten to issue fewer instructions, on the 1,136

@@ -76,7 +76,8 @@ def error_summary(errors: Iterable[float | None]) -> dict[str, float | int | Non
     return {"n": int(vals.size), "median": float(np.median(vals)), "p90": float(np.percentile(vals, 90))}
 
 
-def _ok(rec: Mapping) -> bool:
+def measured_ok(rec: Mapping) -> bool:
+    """Whether a record ran and has measurements (no error)."""
     return not rec.get("error") and bool(rec.get("measured"))
 
 
@@ -84,7 +85,7 @@ def pairs(records: Sequence[Mapping], model: str, metric: str) -> list[tuple[flo
     """(predicted, measured) for every measured record that has both numbers."""
     out = []
     for r in records:
-        if not _ok(r):
+        if not measured_ok(r):
             continue
         p = (r.get("predicted", {}).get(model) or {}).get(PREDICTED_KEY[metric])
         m = r["measured"].get(MEASURED_KEY[metric])
@@ -114,11 +115,11 @@ def _spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
 
 
 def _fused_records(records: Sequence[Mapping], group: str) -> list[Mapping]:
-    return [r for r in records if r.get("group") == group and r["role"] in ("group", "tile") and _ok(r)]
+    return [r for r in records if r.get("group") == group and r["role"] in ("group", "tile") and measured_ok(r)]
 
 
 def _layer_records(records: Sequence[Mapping], group: str) -> list[Mapping]:
-    return [r for r in records if r.get("group") == group and r["role"] in LAYER_ROLES and _ok(r)]
+    return [r for r in records if r.get("group") == group and r["role"] in LAYER_ROLES and measured_ok(r)]
 
 
 def _tile_records(records: Sequence[Mapping], group: str) -> list[Mapping]:
@@ -159,7 +160,7 @@ def decisions(results: Mapping) -> dict[str, Any]:
     per: dict[str, dict[str, Any]] = {}
     for g, info in results.get("groups", {}).items():
         fused = _fused_records(records, g)
-        unfused = [r for r in records if r.get("group") == g and r["role"] == "unfused" and _ok(r)]
+        unfused = [r for r in records if r.get("group") == g and r["role"] == "unfused" and measured_ok(r)]
         if not fused or not unfused:
             continue
         t_fused = min(r["measured"]["time_cold_s"] for r in fused)
@@ -235,7 +236,7 @@ def occupancy(records: Sequence[Mapping]) -> dict[str, Any]:
     ratio: dict[str, list[float]] = {"as_modelled": [], "fewer": []}
     for r in records:
         ks = [k for k in (r.get("measured") or {}).get("kernels") or () if "model_blocks_per_sm" in k]
-        if not _ok(r) or not ks:
+        if not measured_ok(r) or not ks:
             continue
         short = False
         for k in ks:
@@ -401,7 +402,7 @@ def plot_roofline(results: Mapping, path: Path) -> Path:
     pts: dict[str, list[tuple[float, float]]] = {}
     source = set()
     for r in results["records"]:
-        if not _ok(r) or not r.get("flops") or not r["measured"].get("time_cold_s"):
+        if not measured_ok(r) or not r.get("flops") or not r["measured"].get("time_cold_s"):
             continue
         b, src = _traffic_bytes(r)
         if not b:
@@ -441,7 +442,7 @@ def layer_rows(results: Mapping) -> list[dict[str, Any]]:
     by_group: dict[str, dict[str, Any]] = {}
     rejected = {g for g, info in results.get("groups", {}).items() if not info.get("planner_fused", True)}
     for r in results["records"]:
-        if not _ok(r) or r.get("group") in rejected:
+        if not measured_ok(r) or r.get("group") in rejected:
             continue
         t = r["measured"].get("time_cold_s")
         if r["role"] == "layer":
@@ -493,7 +494,8 @@ def write_plots(results: Mapping, out_dir: Path) -> list[Path]:
 # ---- markdown ---------------------------------------------------------------------------------------
 
 
-def _pct(v: float | None) -> str:
+def pct(v: float | None) -> str:
+    """A percentage with one decimal, "n/a" without a value."""
     return "n/a" if v is None else f"{v:.1f}%"
 
 
@@ -509,7 +511,7 @@ def _stats_table(summary: Mapping) -> list[str]:
         cells = []
         for m in models:
             e = summary["errors"][m][metric]
-            cells.append("n/a" if not e["n"] else f"{_pct(e['median'])} / {_pct(e['p90'])} ({e['n']})")
+            cells.append("n/a" if not e["n"] else f"{pct(e['median'])} / {pct(e['p90'])} ({e['n']})")
         lines.append(f"| {metric.upper()} | " + " | ".join(cells) + " |")
     return lines
 
@@ -520,7 +522,7 @@ def _kind_table(summary: Mapping) -> list[str]:
     lines = ["| kind | GMA median | DRAM median | time median | n (time) |", "|---|---|---|---|---|"]
     for k in kinds:
         g, d, t = (by[metric].get(k, {"median": None, "n": 0}) for metric in ("gma", "dram", "time"))
-        lines.append(f"| {k} | {_pct(g['median'])} | {_pct(d['median'])} | {_pct(t['median'])} | {t['n']} |")
+        lines.append(f"| {k} | {pct(g['median'])} | {pct(d['median'])} | {pct(t['median'])} | {t['n']} |")
     return lines
 
 
@@ -529,7 +531,7 @@ def _target_lines(summary: Mapping) -> list[str]:
     for t in summary["targets"]:
         op = ">=" if "decisions" in t["what"] else "<="
         met = "n/a" if t["met"] is None else ("yes" if t["met"] else f"no (by {t['miss_by']:.1f} points)")
-        lines.append(f"| {t['what']} | {op} {t['limit']:.0f}% | {_pct(t['value'])} | {met} |")
+        lines.append(f"| {t['what']} | {op} {t['limit']:.0f}% | {pct(t['value'])} | {met} |")
     return lines
 
 
@@ -541,7 +543,7 @@ def _record_lines(records: Sequence[Mapping]) -> list[str]:
         p = r.get("predicted", {})
         ours, paper = p.get("ours") or {}, p.get("paper") or {}
         m = r.get("measured") or {}
-        tiles = ", ".join(_tile_str(t) for t in r.get("tiles", []))
+        tiles = ", ".join(tile_str(t) for t in r.get("tiles", []))
         chk = r.get("check") or {}
         note = r.get("error") or ("" if chk.get("ok", True) else "WRONG RESULT")
         lines.append(
@@ -555,7 +557,8 @@ def _record_lines(records: Sequence[Mapping]) -> list[str]:
     return lines
 
 
-def _tile_str(t: Mapping | None) -> str:
+def tile_str(t: Mapping | None) -> str:
+    """A recorded tile as THxTW/fTF/cTC/tTHREADS ("-" without one)."""
     if not t:
         return "-"
     return f"{t.get('th')}x{t.get('tw')}/f{t.get('tf')}/c{t.get('tc')}/t{t.get('threads')}"
@@ -564,24 +567,24 @@ def _tile_str(t: Mapping | None) -> str:
 def _decision_lines(summary: Mapping) -> list[str]:
     d = summary["decisions"]
     lines = [
-        f"- Fuse / no-fuse decisions agreeing with measurement: {_pct(d['fuse']['percent'])} of "
+        f"- Fuse / no-fuse decisions agreeing with measurement: {pct(d['fuse']['percent'])} of "
         f"{d['fuse']['n']} groups (fused best measured time vs the measured unfused pair)"
         + (f"; {d['ties']['near_ties']} of the {d['ties']['disagree']} disagreeing groups are near ties (fused and "
            f"unfused measured within {TIE_SLACK - 1:.0%})." if d.get("ties", {}).get("disagree") else "."),
         f"- Planned tile within {TILE_SLACK - 1:.0%} of the measured best swept tile: "
-        f"{_pct(d['tile']['percent'])} of {d['tile']['n']} groups; exactly the best: "
-        f"{_pct(d['tile_exact']['percent'])}.",
+        f"{pct(d['tile']['percent'])} of {d['tile']['n']} groups; exactly the best: "
+        f"{pct(d['tile_exact']['percent'])}.",
     ]
     rg = d.get("regret")
     if rg and rg["n"]:
         lines.append(f"- What the plan's choices cost (fuse or not, and the planned tile, against the best measured "
-                     f"option of each group): {_pct(rg['time_lost_percent'])} more time over the {rg['n']} groups; "
+                     f"option of each group): {pct(rg['time_lost_percent'])} more time over the {rg['n']} groups; "
                      f"{rg['over_5pct']} groups lose more than 5%.")
     lt = d.get("layer_tile") or {}
     if lt.get("n"):
         lines.append(f"- Layers swept alone: the tile the planner gives a layer is within {TILE_SLACK - 1:.0%} of its "
-                     f"measured best in {_pct(lt['percent'])} of {lt['n']} layers; those tiles take "
-                     f"{_pct(lt['time_lost_percent'])} more time than the best measured ones.")
+                     f"measured best in {pct(lt['percent'])} of {lt['n']} layers; those tiles take "
+                     f"{pct(lt['time_lost_percent'])} more time than the best measured ones.")
     rk = summary["rank"]
     lines.append(f"- Spearman rank correlation of predicted vs measured time across each group's tiles: "
                  f"median {_num(rk['median_ours'])} (ours, predicted time), {_num(rk['median_paper'])} "

@@ -77,7 +77,7 @@ SPLIT_KINDS = ("dw_pw", "pw", "linear")
 #: Row pad of the split pw/linear kernel's fp32 partial tile (kernels/pw.cu PPAD).
 PW_PPAD = 4
 #: The pw/linear kernel splits only reductions at least this deep. Measured on the H100
-#: (scripts/lbl_check.sh, BENCHMARKS.md "Deep PW layers split"): MobileNetV2's 384-960-channel PW layers on 14x14 and
+#: (`scripts/gpu_run.py OUT kernels`, BENCHMARKS.md "Deep PW layers split"): MobileNetV2's 384-960-channel PW layers on 14x14 and
 #: 7x7 maps ran 1.5-3x faster split (e.g. 960->160 at batch 8, TF32 40.2 -> 19.1 us), while MobileViT's
 #: 64-192-channel linear layers ran about 1 us slower split than unsplit (few short chunks: the
 #: cluster barriers and the reduction cost more than the chain they shorten).

@@ -2,7 +2,7 @@
 
 Matches rows by layer, batch and mode, refuses a pair whose tiles differ (not the same launch), and
 prints per row old -> new cold time and, per mode and batch, the geometric mean, smallest and largest
-new/old ratio. scripts/ab_bench.sh writes such a pair.
+new/old ratio. The ab task of scripts/gpu_run.py writes such a pair and runs this.
 
     python3 scripts/compare_bench.py OLD/bench_kernels.json NEW/bench_kernels.json [--rows]
 """

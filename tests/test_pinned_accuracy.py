@@ -5,27 +5,25 @@ docs/validation.md and README.md, in the same change).
 
 The accuracy numbers were computed by
 
-    python3 scripts/pooled_accuracy.py --pooled --gpu h100 data/records/h100/fit/*.json.gz
-    python3 scripts/pooled_accuracy.py --pooled --gpu h100 data/records/h100/holdout/*.json.gz
-    python3 scripts/pooled_accuracy.py --pooled --gpu h100 data/records/h100/*/*.json.gz
+    fuseplanner analyze accuracy --gpu h100 data/records/h100/fit/*.json.gz
+    fuseplanner analyze accuracy --gpu h100 data/records/h100/holdout/*.json.gz
+    fuseplanner analyze accuracy --gpu h100 data/records/h100/*/*.json.gz
 
 on the curated set (data/records/README.md), printed there to one decimal; here to three.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "data" / "records" / "h100"
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import pooled_accuracy  # noqa: E402
 
 from fuseplanner import specs  # noqa: E402
+from fuseplanner.analysis.accuracy import AccuracyRow, accuracy  # noqa: E402
+from fuseplanner.analysis.runs import load_runs  # noqa: E402
 
 #: set -> (runs, records, GMA median, GMA p90, DRAM median, time median, time p90, decisions agreeing, decided)
 PINNED = {
@@ -37,28 +35,31 @@ PINNED = {
 @pytest.fixture(scope="module")
 def runs():
     spec = specs.gpu("h100")
-    return {name: [pooled_accuracy.run_accuracy(spec, p) for p in sorted((RECORDS / name).glob("*.json.gz"))]
-            for name in PINNED}  # fmt: skip
+    return {name: load_runs(sorted((RECORDS / name).glob("*.json.gz")), spec) for name in PINNED}
 
 
-def _numbers(acc: pooled_accuracy.Accuracy) -> tuple:
-    return (len(acc.errors["time"]), acc.median("gma"), acc.p90("gma"), acc.median("dram"),
-            acc.median("time"), acc.p90("time"), acc.agree, acc.decided)  # fmt: skip
+def pooled(runs) -> AccuracyRow:
+    return accuracy(runs)[-1]
+
+
+def _numbers(acc: AccuracyRow) -> tuple:
+    return (acc.time.n, acc.gma.median, acc.gma.p90, acc.dram.median, acc.time.median, acc.time.p90,
+            acc.agreeing, acc.groups)  # fmt: skip
 
 
 @pytest.mark.parametrize("name", sorted(PINNED))
 def test_pooled_accuracy_of_each_set_is_pinned(runs, name):
     n_runs, *want = PINNED[name]
     assert len(runs[name]) == n_runs
-    got = _numbers(pooled_accuracy.pooled(runs[name]))
+    got = _numbers(pooled(runs[name]))
     assert got == pytest.approx(tuple(want), abs=5e-4)
 
 
 def test_pooled_accuracy_of_the_whole_set_is_pinned(runs):
     # every record of both sets: 4,119 + 6,351 = 10,470; decisions 615 + 374 = 989 of 668 + 424 = 1,092
-    both = pooled_accuracy.pooled(runs["fit"] + runs["holdout"])
+    both = pooled(runs["fit"] + runs["holdout"])
     assert _numbers(both) == pytest.approx((10470, 6.147, 24.956, 3.890, 13.237, 41.547, 989, 1092), abs=5e-4)
-    assert 100 * both.agree / both.decided == pytest.approx(90.57, abs=0.01)  # 989 / 1092
+    assert 100 * both.agreeing / both.groups == pytest.approx(90.57, abs=0.01)  # 989 / 1092
 
 
 def test_quick_start_plan_is_pinned():

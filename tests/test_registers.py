@@ -1,10 +1,7 @@
 """The compiled-register table (fuseplanner.registers), its use in feasibility and occupancy, the
-cluster placement limit of the time model (spec cluster_sms), and scripts/register_fit.py."""
+cluster placement limit of the time model (spec cluster_sms)."""
 
 from __future__ import annotations
-
-import importlib.util
-from pathlib import Path
 
 import pytest
 from opfactory import dw, pw
@@ -143,30 +140,6 @@ def test_split_reduction_adds_one_latency_and_large_clusters_use_cluster_sms(mon
     assert all_sms.hw.cluster_sms == 132
     floor = H100.hw.launch + H100.hw.fixed[1]  # the launch's fixed part, the same either way
     assert c.time_s - floor > 1.3 * (estimate("dw_pw", ops, t, "fp32", 1, all_sms).time_s - floor)
-
-
-def _load_script():
-    path = Path(__file__).resolve().parents[1] / "scripts" / "register_fit.py"
-    spec = importlib.util.spec_from_file_location("register_fit", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_register_fit_recovers_a_linear_table():
-    fit = _load_script()
-    rows = []
-    for n, base in ((64, 60), (128, 70), (256, 90)):
-        for tf in (8, 16, 32, 64, 128):
-            t = Tile(4, 8, tf, 8, n)
-            opt = tf * 32 / n
-            rows.append({"kind": "pw", "dtype": "fp16", "tile": t, "regs": round(base + 1.5 * opt),
-                         "smem": 4096, "bps": 1, "key": (str(t), n)})  # fmt: skip
-    rows.append({"kind": "pw", "dtype": "fp16", "tile": Tile(32, 32, 64, 8, 64), "regs": 255, "smem": 4096,
-                 "bps": 1, "key": ("capped",)})  # left out: the compiler's ceiling, not the slope  # fmt: skip
-    slope, base = fit.fit(rows)[("pw", "fp16")]
-    assert slope == pytest.approx(1.5, abs=0.02)
-    assert base == {64: 60, 128: 70, 256: 90}
 
 
 def test_sm_issue_cap_floors_a_wave_of_fused_blocks():

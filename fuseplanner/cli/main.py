@@ -15,7 +15,7 @@ import warnings
 from .. import __version__
 from ..errors import FusePlannerError, ModelNote
 
-COMMANDS = ("inspect", "gpus", "plan", "compare", "validate", "calibrate", "run")
+COMMANDS = ("inspect", "gpus", "plan", "compare", "run", "validate", "calibrate", "analyze")
 
 
 class _Parser(argparse.ArgumentParser):

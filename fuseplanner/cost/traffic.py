@@ -12,7 +12,7 @@ input for a 144x56x56 fp32 3x3 depthwise conv with 16x16 tiles, which `window_se
 Narrow rows: when the bytes between a window's row segments, (W - ww) * e, are fewer than a sector,
 consecutive rows of one window share sectors; the block's loads of a shared sector after the first
 hit its SM's L1 (or merge in one warp request), so L2 sees the distinct sectors of the window
-(`plane_windows_sectors`). Nsight Compute on the H100 (scripts/probe_reads.sh): a 7x7 fp16 DW layer with
+(`plane_windows_sectors`). Nsight Compute on the H100 (`scripts/gpu_run.py OUT probe-reads`): a 7x7 fp16 DW layer with
 2x4 tiles looks up 30,300 L1 sectors of which 26,520 miss, against 40,020 per-row-segment sectors.
 
 Row phases: a row y of plane c starts at byte (c*H*W + y*W)*e. Over all rows and planes those start

@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 from .. import tiles
 from ..errors import PlanError, TileError
 from ..ir import GROUP_KINDS, Op, Tile
-from ._build import compile_kernel, kernel_source, kernels_dir, nvcc_report, require_device
+from ._build import compile_kernel, kernel_source, kernels_dir, launch, nvcc_report, require_device
+from ._common import device_props, device_spec
 
 #: Kernel kinds `run` accepts.
 KERNEL_KINDS = ("dw", "pw", "linear", *GROUP_KINDS)
@@ -26,8 +27,11 @@ KERNEL_KINDS = ("dw", "pw", "linear", *GROUP_KINDS)
 __all__ = [
     "KERNEL_KINDS",
     "compile_kernel",
+    "device_props",
+    "device_spec",
     "kernel_source",
     "kernels_dir",
+    "launch",
     "nvcc_report",
     "prepare",
     "require_device",

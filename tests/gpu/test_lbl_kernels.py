@@ -19,7 +19,7 @@ if not cp.cuda.is_available():
 from fuseplanner import kernels, tiles  # noqa: E402
 from fuseplanner.errors import TileError  # noqa: E402
 from fuseplanner.ir import Op, Tile  # noqa: E402
-from fuseplanner.kernels._common import device_spec  # noqa: E402
+from fuseplanner.kernels import device_spec  # noqa: E402
 from fuseplanner.reference import random_params, reference  # noqa: E402
 
 TOL = {("fp32", "fp32"): 1e-5, ("fp32", "tf32"): 2e-3, ("fp16", "fp32"): 1e-2}

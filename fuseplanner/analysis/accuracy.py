@@ -1,0 +1,115 @@
+"""Accuracy of the cost model over saved runs, per run and pooled: the absolute percentage errors
+(APE) of GMA, DRAM and time, the fuse decisions agreeing with measurement, and what the plan's choices
+(fuse or not, planned tile) cost over the best measured option of each group.
+
+With runs re-predicted by a spec (`runs.load_runs`) this is the accuracy of that spec; the table is
+the one docs/validation.md shows (`fuseplanner analyze accuracy --markdown`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fuseplanner import report
+from fuseplanner.analysis.runs import Run
+from fuseplanner.analysis.tables import Table, cell_mp
+
+METRICS = ("gma", "dram", "time")
+
+
+@dataclass(frozen=True)
+class Errors:
+    """Median and 90th percentile APE (%) of one metric over `n` records (None when n is 0)."""
+
+    n: int
+    median: float | None
+    p90: float | None
+
+    @classmethod
+    def of(cls, apes: Sequence[float]) -> Errors:
+        e = report.error_summary(apes)
+        return cls(int(e["n"]), e["median"], e["p90"])
+
+
+@dataclass(frozen=True)
+class AccuracyRow:
+    """One run's (or all runs') errors and decisions. `chosen_s` / `best_s`: the summed measured time
+    of the plan's choice and of the best measured option over the groups measured both ways;
+    `over_5pct`: groups whose choice takes more than 5% over their best."""
+
+    run: str
+    gma: Errors
+    dram: Errors
+    time: Errors
+    agreeing: int
+    groups: int
+    chosen_s: float
+    best_s: float
+    over_5pct: int
+
+    @property
+    def agreeing_percent(self) -> float | None:
+        return 100.0 * self.agreeing / self.groups if self.groups else None
+
+    @property
+    def time_lost_percent(self) -> float | None:
+        return 100.0 * (self.chosen_s - self.best_s) / self.best_s if self.best_s else None
+
+
+def metric_apes(records: Sequence[dict], metric: str) -> list[float]:
+    """APE of `ours` for one metric ("gma", "dram", "time") over the measured records."""
+    return [report.ape(p, m) for p, m in report.pairs(records, "ours", metric)]
+
+
+def _row(name: str, apes: dict[str, list[float]], groups: Sequence[dict]) -> AccuracyRow:
+    return AccuracyRow(
+        run=name, gma=Errors.of(apes["gma"]), dram=Errors.of(apes["dram"]), time=Errors.of(apes["time"]),
+        agreeing=sum(1 for g in groups if g["fuse_agrees"]), groups=len(groups),
+        chosen_s=sum(g["chosen_s"] for g in groups), best_s=sum(g["best_s"] for g in groups),
+        over_5pct=sum(1 for g in groups if g["chosen_s"] > 1.05 * g["best_s"]),
+    )  # fmt: skip
+
+
+def accuracy(runs: Sequence[Run]) -> list[AccuracyRow]:
+    """One row per run, then the pooled row "all" (errors over every record, decisions over every group)."""
+    rows = []
+    pooled: dict[str, list[float]] = {m: [] for m in METRICS}
+    pooled_groups: list[dict] = []
+    for run in runs:
+        apes = {m: metric_apes(run.records, m) for m in METRICS}
+        groups = list(report.decisions(run.data)["groups"].values())
+        rows.append(_row(run.label, apes, groups))
+        for m in METRICS:
+            pooled[m] += apes[m]
+        pooled_groups += groups
+    rows.append(_row("all", pooled, pooled_groups))
+    return rows
+
+
+def _decisions_cell(row: AccuracyRow, pooled: bool) -> str:
+    share = f" ({row.agreeing_percent:.1f}%)" if pooled and row.groups else ""
+    return f"{row.agreeing} of {row.groups}{share}"
+
+
+def _lost_cell(row: AccuracyRow) -> str:
+    lost = row.time_lost_percent
+    return "-" if lost is None else f"{lost:.1f}% ({row.over_5pct})"
+
+
+def accuracy_table(rows: Sequence[AccuracyRow], spec_name: str | None = None) -> Table:
+    """The accuracy rows as a table; the last row is taken as the pooled one."""
+    cells = tuple(
+        (r.run, str(r.time.n), cell_mp(r.gma.median, r.gma.p90), cell_mp(r.dram.median, r.dram.p90),
+         cell_mp(r.time.median, r.time.p90), _decisions_cell(r, i == len(rows) - 1), _lost_cell(r))
+        for i, r in enumerate(rows)
+    )  # fmt: skip
+    source = f"predictions recomputed with spec {spec_name}" if spec_name else "predictions as recorded"
+    return Table(
+        title="Accuracy per run and pooled",
+        columns=("run", "n", "GMA", "DRAM", "time", "fuse decisions", "plan's extra time (groups > 5%)"),
+        rows=cells, numeric=(False, True),
+        note=f"GMA, DRAM, time: median / 90th percentile absolute percentage error ({source}); n: records "
+        "with a measured time; plan's extra time: the plan's choices over the best measured option of each "
+        "group measured fused and unfused.",
+    )  # fmt: skip

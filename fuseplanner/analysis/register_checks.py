@@ -1,0 +1,180 @@
+"""The registers fuseplanner's kernels compile to, against the cost model's table (`registers.COMPILED`).
+
+- `fit_table` refits the table to the launches `fuseplanner validate` records (`measured.kernels`:
+  the registers CuPy's NVRTC allocated): per (kernel kind, storage dtype), registers = base(threads
+  per block) + slope x outputs per thread, the slope by least squares over the distinct compiled
+  kernels (clipped to 0..MAX_SLOPE; kernels capped at the 255-register ceiling are left out), each
+  base the median residual of its thread count (the pooled median below MIN_SAMPLES kernels);
+  `matches` counts the launches whose blocks per SM a table gets right.
+- `spill_scan` sets the launches whose table registers (`registers.wanted`) exceed the ceiling
+  against the others: measured / recorded predicted time, stack frames, and how often the fastest
+  measured tile of a group is one of them (the evidence for `tiles.check` refusing such tiles).
+- `compiled_registers` compiles the fused kernels of the records with nvcc (no GPU) and compares the
+  registers ptxas reports with `tiles.regs_per_thread`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fuseplanner import registers
+from fuseplanner.analysis.runs import Run
+from fuseplanner.analysis.tables import Table
+from fuseplanner.cost.time import blocks_per_sm
+from fuseplanner.errors import AnalysisError
+from fuseplanner.ir import Tile
+
+MAX_SLOPE = 2.0
+MIN_SAMPLES = 3
+THREADS = (64, 128, 256)
+RegisterTable = Mapping[tuple[str, str], tuple[float, Mapping[int, int]]]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One recorded launch: its kernel, tile, compiled registers and shared memory, blocks per SM."""
+
+    kind: str
+    dtype: str
+    tile: Tile
+    regs: int
+    smem: int
+    bps: int
+    key: tuple = field(default=(), compare=False)  # the distinct compiled kernel it is
+
+
+def launches(runs: Sequence[Run]) -> list[Launch]:
+    """Every launch of the runs' records that carries `measured.kernels`."""
+    out = []
+    for run in runs:
+        for rec in run.records:
+            for k, t in zip((rec.get("measured") or {}).get("kernels") or [], rec["tiles"], strict=False):
+                key = (json.dumps(t, sort_keys=True), tuple(rec["nodes"]), run.dtype)
+                out.append(Launch(k["kind"], run.dtype, Tile(**t), k["regs"], k["smem_bytes"], k["blocks_per_sm"], key))
+    return out
+
+
+def fit_table(rows: Sequence[Launch]) -> dict[tuple[str, str], tuple[float, dict[int, int]]]:
+    """The register table fitted to the launches: (kind, dtype) -> (slope, {threads: base})."""
+    cells: dict[tuple[str, str], dict[tuple, tuple[float, float, float]]] = defaultdict(dict)
+    for r in rows:
+        if r.regs < registers.MAX_REGS_PER_THREAD:
+            cells[(r.kind, r.dtype)][r.key] = (r.tile.threads, registers.outputs_per_thread(r.tile), r.regs)
+    table = {}
+    for key, kernels in sorted(cells.items()):
+        a = np.array(list(kernels.values()), float)
+        thr = sorted({int(n) for n in a[:, 0]})
+        x = np.column_stack([a[:, 1]] + [(a[:, 0] == n).astype(float) for n in thr])
+        slope = float(np.clip(np.linalg.lstsq(x, a[:, 2], rcond=None)[0][0], 0.0, MAX_SLOPE))
+        resid = a[:, 2] - slope * a[:, 1]
+        pooled = float(np.median(resid))
+        base = {n: round(float(np.median(resid[a[:, 0] == n])) if (a[:, 0] == n).sum() >= MIN_SAMPLES else pooled)
+                for n in THREADS}  # fmt: skip
+        table[key] = (round(slope, 2), base)
+    return table
+
+
+def matches(rows: Sequence[Launch], table: RegisterTable, hw: Any) -> int:
+    """Launches whose blocks per SM under `table` equal the compiled kernel's."""
+    return sum(blocks_per_sm(r.smem, r.tile.threads, registers.allocated(r.kind, r.tile, r.dtype, table), hw)[0]
+               == r.bps for r in rows)  # fmt: skip
+
+
+def fit_result_table(rows: Sequence[Launch], table: RegisterTable, hw: Any) -> Table:
+    """The fitted table beside the current one, and how many launches' blocks per SM each gets right."""
+    cells = []
+    for (kind, dtype), (slope, base) in table.items():
+        cur = registers.COMPILED.get((kind, dtype))
+        now = "-" if cur is None else f"{cur[0]}, " + "/".join(str(cur[1].get(n, "-")) for n in THREADS)
+        cells.append((kind, dtype, f"{slope}", *(str(base[n]) for n in THREADS), now))
+    return Table(
+        title="Register table fitted to the recorded launches",
+        columns=("kind", "dtype", "slope", *(f"base {n}" for n in THREADS), "current slope, bases"),
+        rows=tuple(cells), numeric=(False, False, True, True, True, True),
+        note=f"{len(rows)} launches; blocks per SM as compiled: fitted table {matches(rows, table, hw)}, current "
+        f"table {matches(rows, registers.COMPILED, hw)}, accumulator estimate {matches(rows, {}, hw)}.",
+    )  # fmt: skip
+
+
+def python_source(table: RegisterTable) -> str:
+    """The table as the `registers.COMPILED` literal."""
+    lines = ["COMPILED = {"]
+    lines += [f"    ({kind!r}, {dtype!r}): ({slope}, {dict(base)})," for (kind, dtype), (slope, base) in table.items()]
+    return "\n".join([*lines, "}"]) + "\n"
+
+
+def over_ceiling(rec: Mapping, dtype: str) -> bool | None:
+    """Whether the record's (single) kernel wants more than MAX_REGS_PER_THREAD; None when the register
+    table has no row for it."""
+    if (rec["kind"], dtype) not in registers.COMPILED:
+        return None
+    return registers.wanted(rec["kind"], Tile(**rec["tiles"][0]), dtype) > registers.MAX_REGS_PER_THREAD
+
+
+@dataclass(frozen=True)
+class SpillScan:
+    """Single-launch records split at the register ceiling (True: over). `ratios`: measured / predicted
+    time; `frames`: (over, compiled with a stack frame) counts; `best`: groups by whether their fastest
+    measured tile is over."""
+
+    ratios: Mapping[bool, Sequence[float]]
+    frames: Mapping[tuple[bool, bool], int]
+    best: Mapping[bool, int]
+
+
+def spill_scan(runs: Sequence[Run]) -> SpillScan:
+    """Split the runs' single-launch records with a prediction at the register ceiling."""
+    ratios: dict[bool, list[float]] = defaultdict(list)
+    frames: Counter = Counter()
+    best: Counter = Counter()
+    for run in runs:
+        fused = defaultdict(list)
+        for r in run.records:
+            me = r.get("measured") or {}
+            ours = (r.get("predicted") or {}).get("ours") or {}
+            if not me.get("time_cold_s") or not ours.get("time_s") or len(r["step_kinds"]) != 1 or not r["tiles"]:
+                continue
+            over = over_ceiling(r, run.dtype)
+            if over is None:
+                continue
+            ratios[over].append(me["time_cold_s"] / ours["time_s"])
+            frames[over, bool((me.get("kernels") or [{}])[0].get("local_bytes"))] += 1
+            if r.get("group") and r["role"] != "unfused":
+                fused[r["group"]].append((me["time_cold_s"], over))
+        for measured in fused.values():
+            best[min(measured)[1]] += 1
+    return SpillScan(dict(ratios), dict(frames), dict(best))
+
+
+def _quantiles(v: Sequence[float]) -> str:
+    v = sorted(v)
+    n = len(v)
+    return " / ".join(f"{v[int(f * (n - 1))]:.2f}" for f in (0.1, 0.5, 0.9)) if n else "-"
+
+
+def spill_table(scan: SpillScan) -> Table:
+    cells = tuple((name, str(len(scan.ratios.get(over, ()))), _quantiles(scan.ratios.get(over, ())),
+                   str(scan.frames.get((over, True), 0)), str(scan.best.get(over, 0)))
+                  for over, name in ((True, "over 255 registers"), (False, "within 255")))  # fmt: skip
+    return Table(
+        title="Launches over the register ceiling",
+        columns=("launches", "n", "measured / predicted time p10 / median / p90", "with a stack frame",
+                 "groups whose fastest tile"),
+        rows=cells, numeric=(False, True, True, True, True),
+        note="Registers from the table (`registers.wanted`, before the ceiling); predictions as recorded.",
+    )  # fmt: skip
+
+
+def register_tables(runs: Sequence[Run], hw: Any) -> tuple[list[Table], dict]:
+    """(the fit and spill tables, the fitted register table) of the runs' recorded launches."""
+    rows = launches(runs)
+    if not rows:
+        raise AnalysisError("no record of these runs carries measured.kernels (validate records them)")
+    table = fit_table(rows)
+    return [fit_result_table(rows, table, hw), spill_table(spill_scan(runs))], table

@@ -1,0 +1,146 @@
+"""`fuseplanner analyze accuracy|decisions|tiles|registers|plans RESULTS...`: saved validation runs,
+analysed without a GPU (the logic lives in `fuseplanner.analysis`; this module parses and prints)."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+
+from fuseplanner.cli.cmd_plan import check_output_path
+
+HELP = {
+    "accuracy": "prediction errors (GMA, DRAM, time) and fuse decisions, per run and pooled",
+    "decisions": "fuse decisions against the threshold, rank correlation, and the groups that disagree",
+    "tiles": "the tiles the planner gives layers swept alone (--tiles layers) against the measured best",
+    "registers": "the compiled-register table refitted to recorded launches, and launches over the ceiling",
+    "plans": "whole plans' summed predicted and measured time (compare specs' plans on one GPU)",
+}
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "analyze", help="analyse saved validation runs (results.json) without a GPU",
+        description="Analyse the results.json files of `fuseplanner validate` runs (plain or .gz). By default "
+        "the `ours` predictions and fuse decisions are recomputed with --gpu's spec; the measurements are the "
+        "recorded ones. Prints tables; --markdown writes them as markdown.",
+    )  # fmt: skip
+    sub = p.add_subparsers(dest="analysis", metavar="ANALYSIS", parser_class=type(p))
+    for name, text in HELP.items():
+        sp = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        sp.add_argument("results", nargs="+", metavar="RESULTS", help="results.json(.gz) files of validation runs")
+        sp.add_argument("--gpu", default="h100", metavar="NAME|PATH", help="GPU spec name or TOML file (default h100)")
+        sp.add_argument("--markdown", default=None, metavar="PATH|-", help="write the tables as markdown ('-': stdout)")
+        if name in ("accuracy", "decisions", "tiles"):
+            sp.add_argument("--stored", action="store_true",
+                            help="use the predictions recorded in the runs instead of recomputing them")
+            sp.add_argument("--model", default=None, metavar="PATH",
+                            help="the ONNX model the runs measured, when not the bundled model they name")
+        sp.set_defaults(func=RUNNERS[name])
+    _options(sub.choices)
+    p.set_defaults(func=lambda args: _missing(p))
+
+
+def _options(parsers: dict) -> None:
+    d = parsers["decisions"]
+    d.add_argument("--from", dest="lo", type=float, default=0.8, help="lowest threshold scanned (default 0.8)")
+    d.add_argument("--to", dest="hi", type=float, default=2.0, help="highest threshold scanned (default 2.0)")
+    d.add_argument("--step", type=float, default=0.05, help="threshold step (default 0.05)")
+    r = parsers["registers"]
+    r.add_argument("--python", action="store_true", help="also print the fitted table as Python (registers.COMPILED)")
+    r.add_argument("--compile", action="store_true", help="compile the runs' fused tiles with nvcc (on PATH; "
+                   "no GPU) and compare the registers it allocates with the cost model's estimate")
+    r.add_argument("--jobs", type=int, default=2, help="parallel nvcc compiles with --compile (default 2)")
+
+
+def _missing(p: argparse.ArgumentParser) -> int:
+    p.print_help(sys.stderr)
+    return 2
+
+
+def _load(args, predicted: bool = True):
+    from fuseplanner.analysis.runs import load_runs
+    from fuseplanner.specs import gpu
+
+    check_output_path(args.markdown, "--markdown", allow_stdout=True)
+    spec = gpu(args.gpu)
+    keep = not predicted or getattr(args, "stored", False)
+    return spec, load_runs(args.results, None if keep else spec, getattr(args, "model", None))
+
+
+def _show(tables, args, extra: str = "") -> int:
+    from fuseplanner.analysis.tables import markdown_all
+
+    if args.markdown == "-":
+        sys.stdout.write(markdown_all(tables) + extra)
+        return 0
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    con = Console(highlight=False, markup=False)  # cells are plain text
+    for t in tables:
+        rt = RichTable(title=t.title)
+        for i, c in enumerate(t.columns):
+            rt.add_column(c, justify="right" if t.is_numeric(i) else "left")
+        for row in t.rows:
+            rt.add_row(*row)
+        con.print(rt)
+        if t.note:
+            con.print(t.note)
+    if extra:
+        con.print(extra)
+    if args.markdown:
+        from fuseplanner.export import write_text
+
+        write_text(markdown_all(tables) + extra, args.markdown)
+        con.print(f"wrote {args.markdown}")
+    return 0
+
+
+def run_accuracy(args: argparse.Namespace) -> int:
+    from fuseplanner.analysis.accuracy import accuracy, accuracy_table
+
+    spec, runs = _load(args)
+    return _show([accuracy_table(accuracy(runs), None if args.stored else spec.name)], args)
+
+
+def run_decisions(args: argparse.Namespace) -> int:
+    from fuseplanner.analysis.decisions import decision_tables
+    from fuseplanner.analysis.runs import fuse_threshold
+
+    spec, runs = _load(args)
+    return _show(decision_tables(runs, fuse_threshold(spec), args.lo, args.hi, args.step), args)
+
+
+def run_tiles(args: argparse.Namespace) -> int:
+    from fuseplanner.analysis.tile_choices import tile_tables
+
+    return _show(tile_tables(_load(args)[1]), args)
+
+
+def run_registers(args: argparse.Namespace) -> int:
+    from fuseplanner.analysis import register_checks as rc
+    from fuseplanner.errors import AnalysisError
+
+    nvcc = shutil.which("nvcc") if args.compile else None
+    if args.compile and nvcc is None:
+        raise AnalysisError("--compile needs nvcc on PATH (the CUDA toolkit; no GPU)")
+    spec, runs = _load(args, predicted=False)
+    tables, fitted = rc.register_tables(runs, spec.hw)
+    if nvcc:
+        from fuseplanner.analysis import nvcc_registers as nv
+
+        jobs = nv.distinct_fused_steps(runs, spec)
+        tables.append(nv.compiled_table(nv.compiled_registers(jobs, spec, nvcc, max(1, args.jobs)), len(jobs)))
+    return _show(tables, args, "\n" + rc.python_source(fitted) if args.python else "")
+
+
+def run_plans(args: argparse.Namespace) -> int:
+    from fuseplanner.analysis.plan_totals import plan_total, totals_table
+
+    _, runs = _load(args, predicted=False)
+    return _show([totals_table([plan_total(r) for r in runs])], args)
+
+
+RUNNERS = {"accuracy": run_accuracy, "decisions": run_decisions, "tiles": run_tiles, "registers": run_registers,
+           "plans": run_plans}  # fmt: skip
