@@ -109,6 +109,11 @@ extern "C" __global__ void __launch_bounds__(256) fp_gemv(const TM* __restrict__
 """
 
 
+def type_name(dtype: Any) -> str:
+    """The CUDA type the kernels here read and write for a storage dtype (float16 as its bits)."""
+    return _TYPES[np.dtype(dtype)]
+
+
 def _elem_strides(a: Any) -> tuple[int, ...]:
     return tuple(s // a.itemsize for s in a.strides)
 

@@ -7,8 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from fuseplanner.run.ops import _rows
 from fuseplanner.run.ops.node import Node, norm_axis, store, upcast
-from fuseplanner.run.ops.registry import Kernel, register
+from fuseplanner.run.ops.registry import Kernel, is_numpy, register
 
 
 @register("Softmax", "LogSoftmax")
@@ -22,6 +23,9 @@ def softmax(xp: Any, node: Node) -> Kernel:
     else:
         view = shape
     log = node.op_type == "LogSoftmax"
+    if not is_numpy(xp) and axis == len(view) - 1 and _rows.floats(node.input_dtypes[0], node.output_dtypes[0]):
+        rows = _rows.softmax(xp, math.prod(view[:-1]), view[-1], log, (node.input_dtypes[0], node.output_dtypes[0]))
+        return lambda ins, outs: rows(ins[0], outs[0])
 
     def kernel(ins, outs):
         x = upcast(ins[0]).reshape(view)
@@ -40,6 +44,9 @@ def layer_norm(xp: Any, node: Node) -> Kernel:
     axes = tuple(range(axis, rank))
     eps = float(node.attr("epsilon", 1e-5))
     has_bias = node.has_input(2)
+    fast = None if is_numpy(xp) else _fast_layer_norm(xp, node, axis, eps, has_bias)
+    if fast is not None:
+        return fast
 
     def kernel(ins, outs):
         x = upcast(ins[0])
@@ -56,6 +63,22 @@ def layer_norm(xp: Any, node: Node) -> Kernel:
             store(xp, outs[2], inv)
 
     return kernel
+
+
+def _fast_layer_norm(cp: Any, node: Node, axis: int, eps: float, has_bias: bool) -> Kernel | None:
+    """The GPU's one-launch LayerNorm when only Y is asked for and scale (and bias) cover the normalised
+    axes element for element; None otherwise."""
+    shape = node.in_shape
+    cols = math.prod(shape[axis:])
+    wants_stats = any(s for s in node.output_shapes[1:]) and len(node.output_shapes) > 1
+    sizes = [math.prod(s or ()) for s in node.input_shapes[1:3] if s is not None]
+    dtypes = [d for d in node.input_dtypes[:3] if d is not None] + [node.output_dtypes[0]]
+    if wants_stats or any(n != cols for n in sizes) or not _rows.floats(*dtypes):
+        return None
+    bias_dtype = node.input_dtypes[2] if has_bias else node.input_dtypes[1]
+    run = _rows.layer_norm(cp, math.prod(shape[:axis]), cols, eps,
+                           (node.input_dtypes[0], node.input_dtypes[1], bias_dtype, node.output_dtypes[0]), has_bias)
+    return lambda ins, outs: run(ins[0], ins[1], ins[2] if has_bias else None, outs[0])
 
 
 def _bn_affine(xp: Any, scale: Any, bias: Any, mean: Any, var: Any, eps: float, shape: tuple[int, ...]):
