@@ -97,6 +97,9 @@ TEXT_FILES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("pyproject.toml", (".toml",), ()),
 )
 
+#: Text that looks like a module reference but is data (bundled models carry this producer name).
+KEEP: tuple[str, ...] = ('producer_name="fuseplanner.zoo"',)
+
 _OLD_KEYS = sorted(MOVES, key=len, reverse=True)
 _DOTTED = re.compile(rf"(?<![\w.]){PKG}\.({'|'.join(map(re.escape, _OLD_KEYS))})(?!\w)")
 _PATHS = re.compile(
@@ -365,8 +368,14 @@ def apply_edits(source: str, edits: list[Edit]) -> str:
 
 
 def rewrite_names(text: str) -> str:
+    kept = {f"\0keep{i}\0": k for i, k in enumerate(KEEP)}
+    for mark, k in kept.items():
+        text = text.replace(k, mark)
     text = _DOTTED.sub(lambda m: f"{PKG}.{MOVES[m.group(1)]}", text)
-    return _PATHS.sub(lambda m: str(module_path(MOVES[m.group(1).replace("/", ".")])), text)
+    text = _PATHS.sub(lambda m: str(module_path(MOVES[m.group(1).replace("/", ".")])), text)
+    for mark, k in kept.items():
+        text = text.replace(mark, k)
+    return text
 
 
 def rewrite(root: Path, rel: Path) -> str:
