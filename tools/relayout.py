@@ -103,7 +103,7 @@ KEEP: tuple[str, ...] = ('producer_name="fuseplanner.zoo"',)
 _OLD_KEYS = sorted(MOVES, key=len, reverse=True)
 _DOTTED = re.compile(rf"(?<![\w.]){PKG}\.({'|'.join(map(re.escape, _OLD_KEYS))})(?!\w)")
 _PATHS = re.compile(
-    rf"(?<![\w/]){PKG}/({'|'.join(re.escape(k.replace('.', '/')) for k in _OLD_KEYS)})\.py(?!\w)")
+    rf"(?<![\w/]){PKG}/({'|'.join(re.escape(k.replace('.', '/')) for k in _OLD_KEYS)})(\.py)?(?![\w/])")
 _MD_FROM = re.compile(rf"^(\s*)from ({PKG}(?:\.[\w.]+)?) import ([\w ,]+?)(\s*(?:#.*)?)$")
 
 
@@ -372,7 +372,8 @@ def rewrite_names(text: str) -> str:
     for mark, k in kept.items():
         text = text.replace(k, mark)
     text = _DOTTED.sub(lambda m: f"{PKG}.{MOVES[m.group(1)]}", text)
-    text = _PATHS.sub(lambda m: str(module_path(MOVES[m.group(1).replace("/", ".")])), text)
+    text = _PATHS.sub(lambda m: "/".join((PKG, *MOVES[m.group(1).replace("/", ".")].split("."))) + (m.group(2) or ""),
+                      text)
     for mark, k in kept.items():
         text = text.replace(mark, k)
     return text
