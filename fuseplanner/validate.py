@@ -516,7 +516,9 @@ def profile_items(items: Sequence[Item], ctx: Context, work_dir: Path, timeout_s
     """Counters per item: {"cold": [Traffic per item], "warm": [...]}; raises CountersUnavailable."""
     job = work_dir / "ncu_job.pkl"
     _ncu_job(items, ctx, job)
-    root = str(Path(__file__).resolve().parent.parent)
+    import fuseplanner
+
+    root = str(Path(fuseplanner.__file__).resolve().parent.parent)  # the checkout, wherever this module sits
     out: dict[str, list[ncu_mod.Traffic]] = {}
     for mode, cache in (("cold", "all"), ("warm", "none")):
         argv = ncu_mod.python_argv("fuseplanner.validate", "--ncu-worker", str(job), mode)
