@@ -234,21 +234,23 @@ class GpuSpec(BaseModel):
         major, minor = (int(x) for x in self.compute_capability.split("."))
         return (major, minor) < KERNEL_MIN_CC
 
-    def warnings(self) -> list[str]:
-        """What limits trust in this spec's predictions, one line each: a borrowed kernel fit, a GPU the
-        bundled kernels cannot run on, datasheet values that are estimates."""
+    def warnings(self, kernel_fit: bool = True) -> list[str]:
+        """What limits trust in this spec's predictions, one line each: a borrowed kernel fit (unless
+        `kernel_fit` is False: a cost model that does not read the fit), a GPU the bundled kernels cannot
+        run on, datasheet values that are estimates."""
         out = []
-        if self.fit.borrowed:
-            out.append(f"{self.name} has no kernel fit of its own: its kernel parameters are borrowed from "
-                       f"{self.fit.source_gpu} (fit_from = {self.fit_from!r}); on this GPU run `fuseplanner validate`, "
-                       "then `fuseplanner calibrate --from-results` to fit them")
+        if kernel_fit and self.fit.borrowed:
+            out.append(f"{self.name} has no kernel fit of its own: kernel parameters borrowed from "
+                       f"{self.fit.source_gpu}; fit them on this GPU with `fuseplanner validate`, then "
+                       "`fuseplanner calibrate --from-results`")
         if self.plan_only:
             out.append(f"{self.name} is compute capability {self.compute_capability}: the bundled kernels need "
                        "sm_80 or newer (cp.async, mma), so this plan is a prediction only")
         guessed = [f for f in self.estimated if f not in self.measured]
         if guessed:
-            out.append(f"{self.name}: {', '.join(guessed)} {'is an estimate' if len(guessed) == 1 else 'are estimates'}"
-                       " (no datasheet figure or measurement); `fuseplanner calibrate` measures the GPU")
+            verb = "is an estimate" if len(guessed) == 1 else "are estimates"
+            out.append(f"{self.name}: {', '.join(guessed)} {verb}, not a datasheet figure or a measurement "
+                       f"(`fuseplanner gpus {self.name} --json --sources` says how each was estimated)")
         return out
 
     @cached_property
