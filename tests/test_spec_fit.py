@@ -3,6 +3,7 @@ cost loops read, and the trust warnings that plans carry."""
 
 from __future__ import annotations
 
+import re
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -177,3 +178,30 @@ def test_cli_prints_one_note_per_warning(bytes_model, tmp_path, capsys):
     assert main(["compare", str(path), "--gpus", "h100,a100"]) == 0
     notes = [x for x in capsys.readouterr().err.splitlines() if x.startswith("note: ")]
     assert notes == [f"note: {w}" for w in (*gpu("h100").warnings(), *gpu("a100_80gb").warnings())]
+
+
+def test_cost_model_doc_lists_the_h100_fit():
+    # docs/cost_model.md's table of the kernel fit states the values the bundled H100 fit has
+    text = (ROOT / "docs" / "cost_model.md").read_text()
+    rows = dict(re.findall(r"^\| `(\w+)` \| ([0-9.e+-]+) \|", text, flags=re.M))
+    fit = gpu("h100").fit
+    assert set(rows) == set(PARAMS)
+    assert all(float(v) == getattr(fit, k) for k, v in rows.items()), rows
+
+
+@pytest.mark.parametrize("stem", ["h100", "a100_80gb"])
+def test_calibrate_writes_facts_and_keeps_the_fit_layout(tmp_path, stem):
+    from test_calibrate import CAL
+
+    from fuseplanner import calibrate
+
+    base = gpu(stem)
+    out = calibrate.write_spec(tmp_path / "mine.toml", base, CAL)
+    written = tomllib.loads(out.read_text())
+    assert written["measured"]["dram_bw_bytes_per_s"] == CAL.dram_bw_bytes_per_s
+    assert not set(PARAMS) & set(written) and not set(PARAMS) & set(written["measured"])
+    back = gpu(str(out))
+    assert back.fit == base.fit  # the base's own fit stays its [fit] table, a borrowed one a fit_from
+    assert ("fit" in written, written.get("fit_from")) == ((False, "h100") if base.fit.borrowed else (True, None))
+    # the new measurements clear the launch-overhead estimate (a100), not the memory latency one
+    assert all("launch_overhead_s" not in w for w in back.warnings()) and "mem_latency_s" in back.warnings()[-1]
