@@ -320,9 +320,12 @@ def _toml(text: str, origin: str) -> dict[str, Any]:
         raise SpecError(f"{origin}: not valid TOML ({exc}); fix the file") from None
 
 
-def _parse(text: str, stem: str, origin: str) -> GpuSpec:
+def _parse(text: str, stem: str, origin: str, folder: Path | None = None) -> GpuSpec:
     data = _toml(text, origin)
     data.setdefault("name", stem)
+    source = data.get("fit_from")
+    if folder is not None and isinstance(source, str) and _bundled_stem(source) is None and not Path(source).is_absolute():
+        data["fit_from"] = str(folder / source)  # a path relative to the spec file, not to the working directory
     try:
         return GpuSpec.model_validate(data)
     except ValidationError as exc:
@@ -345,10 +348,17 @@ def _own_fit(text: str, origin: str, source: str) -> KernelFit:
         raise _invalid(f"{origin} [fit]", exc) from None
 
 
+def _bundled_stem(name: str) -> str | None:
+    """The bundled spec stem `name` spells (aliases included), or None."""
+    stem = name.lower().replace("-", "_")
+    stem = ALIASES.get(stem, stem)
+    return stem if stem in _bundled() else None
+
+
 def borrowed_fit(source: str) -> KernelFit:
     """The kernel fit of spec `source` (a bundled name or a TOML path) as another GPU borrows it."""
-    stem = ALIASES.get(source.lower().replace("-", "_"), source.lower().replace("-", "_"))
-    if stem in _bundled():
+    stem = _bundled_stem(source)
+    if stem is not None:
         return _bundled_fit(stem).lent()
     p = Path(source)
     try:
@@ -365,7 +375,7 @@ def load(path: str | Path) -> GpuSpec:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError(f"cannot read GPU spec {str(p)!r}: {exc.strerror}") from None
-    return _parse(text, p.stem, str(p))
+    return _parse(text, p.stem, str(p), p.parent)
 
 
 _CACHE: dict[str, GpuSpec] = {}

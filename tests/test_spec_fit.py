@@ -112,6 +112,9 @@ def test_fit_from_a_user_file_and_without_any_fit(tmp_path):
     user = _user_spec(tmp_path, "borrower", lambda t: _facts_only(t).replace("estimated = [", f'fit_from = "{own}"\nestimated = ['))
     s = gpu(str(user))
     assert s.fit.borrowed and s.fit.source_gpu == "my H100" and s.fit.coresident_exponent == 0.3
+    # a relative fit_from is relative to the spec file's folder, wherever the command runs
+    relative = _user_spec(tmp_path, "relative", lambda t: _facts_only(t).replace("estimated = [", 'fit_from = "fitted.toml"\nestimated = ['))
+    assert gpu(str(relative)).fit == s.fit
     assert "borrowed from my H100" in s.warnings()[0]
     # neither [fit] nor fit_from: the H100 fit is borrowed, as every bundled spec but h100's does
     bare = gpu(str(_user_spec(tmp_path, "bare", _facts_only)))
