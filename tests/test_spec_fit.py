@@ -136,9 +136,9 @@ def test_bad_fit_is_one_line_naming_it(tmp_path, transform, message):
     assert message in str(ei.value) and "\n" not in str(ei.value)
 
 
-def test_layout_before_the_split_still_loads():
+def test_layout_before_the_split_still_loads(tmp_path):
     # a spec written by calibrate before the fit had its own table: a kernel parameter in [measured]
-    s = gpu(str(ROOT / "docs" / "validation" / "h100_calibrated.toml"))
+    s = gpu(str(_user_spec(tmp_path, "old", lambda t: _facts_only(t).replace("[measured]\n", "[measured]\nfuse_min_speedup = 1.55\n"))))
     assert s.fit.fuse_min_speedup == 1.55 == s.eff("fuse_min_speedup") and "fuse_min_speedup" not in s.measured
     assert s.fit.borrowed and s.fit.block_warp_exponent == gpu("h100").fit.block_warp_exponent
     # and a kernel parameter given beside the facts, as tests and scripts build variants
