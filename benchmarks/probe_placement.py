@@ -32,7 +32,7 @@ def ints(s: str) -> list[int]:
 
 def smem_for(per_sm: int, hw) -> int:
     """Dynamic shared memory (KiB-aligned) at which exactly `per_sm` blocks fit on an SM."""
-    return (hw.smem_per_sm // per_sm - hw.smem_reserved) // 1024 * 1024
+    return (hw.smem_per_sm_bytes // per_sm - hw.smem_reserved_per_block_bytes) // 1024 * 1024
 
 
 def main(argv=None) -> int:

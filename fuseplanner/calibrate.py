@@ -222,24 +222,31 @@ def _key(k: str) -> str:
 def to_toml(base: Mapping[str, Any], measured: Mapping[str, float], notes: Mapping[str, str] | None = None) -> str:
     """A GPU spec TOML: the scalar fields of `base` at top level, then ``[measured]`` and its tables.
 
-    None values are left out (TOML has no null); nested mappings become tables. Each measured value's
-    note goes into the ``[sources]`` table as ``"measured.FIELD"``, the bundled specs' convention.
+    None values are left out (TOML has no null); nested mappings become tables (``[fit]``,
+    ``[fit.sources]``). Each measured value's note goes into the ``[sources]`` table as
+    ``"measured.FIELD"``, the bundled specs' convention.
     """
     notes = dict(notes or {})
     device = notes.pop("device", "")
     lines = ["# GPU spec written by `fuseplanner calibrate`" + (f" on {device}" if device else "") + ":",
              "# datasheet fields as in the spec it started from; [measured] overrides them in the cost model.", ""]
+    body = dict(base)
     tables = {k: dict(v) for k, v in base.items() if isinstance(v, Mapping)}
-    tables["measured"] = {**tables.get("measured", {}), **{k: float(v) for k, v in measured.items()}}
-    tables["sources"] = {**tables.get("sources", {}), **{f"measured.{k}": v for k, v in notes.items()}}
-    for k, v in base.items():
-        if v is not None and k not in tables:
-            lines.append(f"{_key(k)} = {_toml_value(v)}")
-    for name, table in tables.items():
-        rows = [f"{_key(k)} = {_toml_value(v)}" for k, v in table.items() if v is not None and not isinstance(v, Mapping)]
-        if rows:
-            lines += ["", f"[{_key(name)}]", *rows]
-    return "\n".join(lines) + "\n"
+    if measured or "measured" in tables:
+        body["measured"] = {**tables.get("measured", {}), **{k: float(v) for k, v in measured.items()}}
+    if notes or "sources" in tables:
+        body["sources"] = {**tables.get("sources", {}), **{f"measured.{k}": v for k, v in notes.items()}}
+    return "\n".join(lines + _toml_table(body, ())) + "\n"
+
+
+def _toml_table(table: Mapping[str, Any], path: tuple[str, ...]) -> list[str]:
+    """Rows of `table`'s scalar values, then each nested mapping as a ``[path.name]`` table."""
+    rows = [f"{_key(k)} = {_toml_value(v)}" for k, v in table.items() if v is not None and not isinstance(v, Mapping)]
+    lines = (["", "[" + ".".join(_key(p) for p in path) + "]"] if path and rows else []) + rows
+    for k, v in table.items():
+        if isinstance(v, Mapping):
+            lines += _toml_table(v, (*path, k))
+    return lines
 
 
 def measurement_notes(cal: Calibration) -> dict[str, str]:
@@ -258,12 +265,19 @@ def measurement_notes(cal: Calibration) -> dict[str, str]:
 
 def spec_dict(spec: Any) -> dict[str, Any]:
     """A GPU spec as a plain dict (pydantic model or mapping): the fields the spec sets, so that a
-    written spec keeps following the schema's defaults (e.g. the kernel rates) instead of freezing them."""
+    written spec keeps following the schema's defaults instead of freezing them. A borrowed kernel fit
+    stays a ``fit_from`` reference; a fit of the spec's own is kept as its ``[fit]`` table."""
     if spec is None:
         return {}
-    if hasattr(spec, "model_dump"):
-        return dict(spec.model_dump(mode="json", exclude_unset=True))
-    return dict(spec)
+    if not hasattr(spec, "model_dump"):
+        return dict(spec)
+    d = dict(spec.model_dump(mode="json", exclude_unset=True))
+    if spec.fit.borrowed:
+        d.pop("fit", None)
+        d["fit_from"] = spec.fit_from
+    else:
+        d["fit"] = spec.fit.model_dump(mode="json", exclude={"borrowed"})
+    return d
 
 
 def write_spec(path: str | Path, spec: Any, cal: Calibration) -> Path:
@@ -292,10 +306,16 @@ def apply(spec: Any, cal: Calibration) -> Any:
 
 
 def apply_measured(spec: Any, values: Mapping[str, float]) -> Any:
-    """A new GpuSpec like `spec` with `values` merged into its measured overrides."""
-    measured = {**dict(getattr(spec, "measured", None) or {}), **dict(values)}
+    """A new GpuSpec like `spec` with `values` merged into its measured overrides; kernel parameters
+    among them (`kernel_fit.PARAMS`) replace the values of its fit, unvalidated: `fuseplanner.fit`
+    explores values beyond the schema's bounds and clamps what it keeps."""
+    from .kernel_fit import PARAMS
+
+    params = {k: float(v) for k, v in values.items() if k in PARAMS}
+    measured = {**dict(getattr(spec, "measured", None) or {}), **{k: v for k, v in values.items() if k not in PARAMS}}
     if hasattr(spec, "model_validate"):  # rebuilt, not copied, so cached effective values are recomputed
-        return type(spec).model_validate({**spec.model_dump(), "measured": measured})
+        d = spec.model_dump(exclude={"fit"})
+        return type(spec).model_validate({**d, "measured": measured, "fit": spec.fit.model_copy(update=params)})
     from dataclasses import replace
 
-    return replace(spec, measured=measured)
+    return replace(spec, measured={**measured, **params})

@@ -2,7 +2,7 @@
 
 `fuseplanner validate` writes every measured kernel sequence beside the tiles it ran. This module
 replays those records through the cost model with candidate values of the fields that describe
-fuseplanner's own kernels rather than the chip (`specs.KERNEL_RATE_DEFAULTS`):
+fuseplanner's own kernels rather than the chip (the spec's `kernel_fit.KernelFit`):
 
 - `fused_weight_l2_fraction` (fp32 storage) and `fused_weight_l2_fraction_fp16`, from the L2 read
   counters of fused kernels of that storage dtype (grid search 0.05 .. 1.5, minimising the median
@@ -17,12 +17,14 @@ fuseplanner's own kernels rather than the chip (`specs.KERNEL_RATE_DEFAULTS`):
   kept as the spec has it (the bundled rates were fitted with it).
 
     samples = load_samples(["results.json"])
-    fit = fit_spec(spec, samples)          # fit.values -> measured overrides; fit.before / fit.after
+    fit = fit_spec(spec, samples)          # fit.values -> the spec's fit; fit.before / fit.after
+    own = kernel_fit(spec, fit, paths, meta)   # the spec's own KernelFit, with its provenance
 """
 
 from __future__ import annotations
 
 import copy
+import datetime
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +36,7 @@ import numpy as np
 from .calibrate import apply_measured
 from .errors import FusePlannerError, ModelError
 from .ir import Tile
+from .kernel_fit import PARAMS, KernelFit
 from .report import load_results
 from .validate import Step, steps_cost
 
@@ -413,3 +416,22 @@ def notes(fit: Fit, paths: Sequence[str | Path]) -> dict[str, str]:
             + (f", fuse decisions agreeing {fit.before['decisions']:.1f}% -> {fit.after['decisions']:.1f}%"
                if "decisions" in fit.after else ""))  # fmt: skip
     return {k: note for k in fit.values}
+
+
+def kernel_fit(spec: Any, fit: Fit, paths: Sequence[str | Path], meta: dict[str, Any]) -> KernelFit:
+    """`spec`'s kernel fit with `fit`'s values, as a fit of the GPU the records were measured on (`meta`:
+    a results file's ``meta``): named after it, with its driver, today's date and the record set. The
+    values not fitted keep the spec's, with a note saying where they came from."""
+    versions = meta.get("versions") or {}
+    driver = ", ".join(f"{k} {versions[k]}" for k in ("driver", "cuda_runtime", "cupy") if k in versions)
+    base = spec.fit
+    sources = dict(base.sources)
+    if base.borrowed:
+        sources.update({k: f"kept from the fit of {base.source_gpu} (not fitted on this GPU)" for k in PARAMS})
+    sources.update(notes(fit, paths))
+    return KernelFit.model_validate({
+        **base.model_dump(), **fit.values, "borrowed": False, "sources": sources,
+        "source_gpu": str(meta.get("device_name") or meta.get("gpu") or spec.name), "driver": driver,
+        "date": datetime.date.today().isoformat(), "records": ", ".join(str(p) for p in paths),
+        "record_count": fit.n_time,
+    })

@@ -511,6 +511,7 @@ def plan(
         layers=layers,
         totals=Totals(unfused=CostModel.from_cost(unfused_total), planned=CostModel.from_cost(planned_total)),
         rejected=rejected,
+        warnings=spec.warnings(kernel_fit=model == "ours"),
     )
 
 

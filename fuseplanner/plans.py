@@ -188,6 +188,10 @@ class Plan(BaseModel):
     layers: list[LayerPlan] = Field(default_factory=list)
     totals: Totals
     rejected: list[RejectedPlan] = Field(default_factory=list)
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="what limits trust in this plan's predictions, one line each (GpuSpec.warnings): a kernel fit "
+        "borrowed from another GPU, a GPU the bundled kernels cannot run on, datasheet values that are estimates")
 
     # ---- access -------------------------------------------------------------------------------
     def to_json(self, indent: int | None = 2) -> str:

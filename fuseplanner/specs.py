@@ -1,26 +1,32 @@
 """GPU descriptions: the `GpuSpec` schema, the bundled spec library, and local device detection.
 
-Each GPU is one TOML file (`gpu_specs/<stem>.toml`, bundled as package data). Every number in a
-bundled file has a note in its ``[sources]`` table saying where it comes from (datasheet, whitepaper,
-programming guide, a measurement, or a labelled estimate). An optional ``[measured]`` table, written
-by calibration, overrides datasheet values: the cost models read effective values through
-`GpuSpec.eff` / `GpuSpec.hw`, never the raw datasheet fields.
+Each GPU is one TOML file (`gpu_specs/<stem>.toml`, bundled as package data) in two parts:
+
+- its facts: datasheet / programming-guide / probed numbers, each with a note in the ``[sources]``
+  table (datasheet, whitepaper, programming guide, a measurement, or a labelled estimate; the
+  estimates are also listed in ``estimated``). An optional ``[measured]`` table, written by
+  calibration, overrides datasheet values: the cost models read effective values through
+  `GpuSpec.eff` / `GpuSpec.hw`, never the raw datasheet fields;
+- its kernel fit (`fuseplanner.kernel_fit.KernelFit`): its own ``[fit]`` table, or another spec's
+  fit named by ``fit_from`` (borrowed; `GpuSpec.warnings` says so).
 """
 
 from __future__ import annotations
 
 import math
 import tomllib
-from functools import cached_property
+from dataclasses import dataclass
+from functools import cache, cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import SpecError
+from .kernel_fit import PARAMS, KernelFit
 
-#: Numeric fields that a ``[measured]`` table may override.
+#: Datasheet fields that a ``[measured]`` table may override (calibrate measures some of them).
 MEASURABLE = (
     "dram_bw_bytes_per_s",
     "l2_bw_bytes_per_s",
@@ -31,79 +37,18 @@ MEASURABLE = (
     "launch_overhead_s",
     "mem_latency_s",
     "l2_usable_fraction",
-    "dw_warp_flops_per_cycle_fp32",
-    "dw_warp_flops_per_cycle_fp16",
-    "pw_warp_flops_per_cycle_fp32",
-    "pw_warp_flops_per_cycle_tf32",
-    "pw_warp_flops_per_cycle_fp16",
-    "fused_pw_warp_flops_per_cycle_fp32",
-    "fused_pw_warp_flops_per_cycle_tf32",
-    "fused_pw_warp_flops_per_cycle_fp16",
-    "fused_dw_warp_flops_per_cycle",
-    "fused_weight_l2_fraction",
-    "fused_weight_l2_fraction_fp16",
-    "fused_weight_load_fraction",
-    "block_warp_exponent",
-    "fused_block_warp_exponent",
-    "warp_load_bytes_per_cycle",
-    "coresident_exponent",
-    "fused_sm_issue_warps",
-    "fused_shared_load_weight",
-    "fused_epilogue_weight",
-    "fused_window_epilogue_weight",
-    "pw_shared_load_weight",
-    "pw_mma_load_weight",
-    "sm_issue_warps",
-    "kernel_fixed_s",
-    "fused_kernel_fixed_s",
-    "launch_overlap_s",
-    "fuse_min_speedup",
 )
-
-#: Achieved FLOPs per warp per clock of fuseplanner's own kernels (the `*_warp_flops_per_cycle` fields),
-#: fitted by `fuseplanner calibrate --from-results` on H100 validation records (data/records/h100/fit,
-#: see data/records/README.md). They are properties of the kernels'
-#: instruction mix (shared-memory operand loads, barriers, dependent chains) more than of the chip, so
-#: per clock and per warp they are the best first guess on another GPU; calibrate there to replace them.
-#: The TF32 rates (layer-by-layer and fused) were fitted on two TF32 sweeps only (MobileNetV2 and
-#: MobileNetV3-Large, batch 1): not yet checked out of sample. The fused fields (rates, warp exponent,
-#: co-residency, SM issue cap, `fused_kernel_fixed_s`) were fitted together with
-#: `fused_shared_load_weight` (3) and `fused_epilogue_weight` (16), both chosen by scans
-#: (scripts/field_scan.py), then the layer-by-layer ones, on the 4,119 timed counter records of
-#: data/records/h100/fit (batch 1-8, fp32 and fp16), and scored on data/records/h100/holdout; the
-#: commands are in gpu_specs/h100.toml.
-KERNEL_RATE_DEFAULTS: dict[str, float] = {
-    "dw_warp_flops_per_cycle_fp32": 1.06,
-    "dw_warp_flops_per_cycle_fp16": 1.166,
-    "pw_warp_flops_per_cycle_fp32": 5.668,
-    "pw_warp_flops_per_cycle_tf32": 5.338,
-    "pw_warp_flops_per_cycle_fp16": 13.03,
-    "fused_pw_warp_flops_per_cycle_fp32": 27.376,
-    "fused_pw_warp_flops_per_cycle_tf32": 151.624,
-    "fused_pw_warp_flops_per_cycle_fp16": 212.013,
-    "fused_dw_warp_flops_per_cycle": 15.084,
-    "fused_weight_l2_fraction": 1.05,
-    "fused_weight_l2_fraction_fp16": 1.3,
-    "fused_weight_load_fraction": 0.7,
-    "block_warp_exponent": 0.952,
-    "fused_block_warp_exponent": 0.912,
-    "warp_load_bytes_per_cycle": 3.276,
-    "coresident_exponent": 0.212,
-    "fused_sm_issue_warps": 3.774,
-    "fused_shared_load_weight": 3.0,
-    "fused_epilogue_weight": 16.0,
-    "fused_window_epilogue_weight": 0.0,
-    "pw_shared_load_weight": 0.0,
-    "pw_mma_load_weight": 0.0,
-    "sm_issue_warps": 0.0,
-    "kernel_fixed_s": 3.624e-07,
-    "fused_kernel_fixed_s": 2.919e-06,
-    "launch_overlap_s": 0.0,
-}
+#: The spec whose fit a spec without one of its own (neither ``[fit]`` nor ``fit_from``) borrows.
+DEFAULT_FIT = "h100"
+#: The lowest compute capability the bundled kernels run on (cp.async, mma.sync with bf16/tf32).
+KERNEL_MIN_CC = (8, 0)
 
 
-class Hw(NamedTuple):
-    """Effective (measured where available) hardware numbers as a plain tuple for the hot cost loops."""
+@dataclass(frozen=True, slots=True)
+class Hw:
+    """Effective hardware numbers for the hot cost loops: the spec's facts (measured where calibrated)
+    and its kernel fit, per-clock rates turned into per-second ones. Names follow the GpuSpec /
+    KernelFit fields they come from."""
 
     sm_count: int
     max_threads_per_sm: int
@@ -111,44 +56,47 @@ class Hw(NamedTuple):
     regs_per_sm: int
     reg_alloc_unit: int
     warp_size: int
-    smem_per_sm: int
-    smem_reserved: int
+    smem_per_sm_bytes: int
+    smem_reserved_per_block_bytes: int
     l2_bytes: int
-    l2_usable: float
-    sector: int
-    dram_bw: float
-    l2_bw: float
-    fp32: float
-    fp16: float
-    fp16_tc: float
-    tf32_tc: float
-    launch: float
-    latency: float
+    l2_usable_fraction: float
+    sector_bytes: int
+    dram_bw: float  # bytes/s
+    l2_bw: float  # bytes/s
+    fp32_flops: float
+    fp16_flops: float
+    fp16_tc_flops: float  # FP16 tensor cores, else the FP16 CUDA-core rate
+    tf32_tc_flops: float  # TF32 tensor cores, else the FP32 CUDA-core rate
+    launch_overhead_s: float
+    mem_latency_s: float
     clock_hz: float
-    coalesce: float  # concurrent readers of one GPC whose reads of the same sectors L2 sees once
-    gpcs: int  # GPCs: readers on different GPCs never merge
-    gpc_chunk: int  # consecutive blocks of a large launch that the scheduler places on one GPC
-    #: achieved FLOP/s of one warp of fuseplanner's kernels (rate per cycle x clock): DW stencil,
-    #: layer-by-layer PW/linear by math mode, and the PW stages of fused kernels by math mode
-    warp_dw: tuple[float, float]  # fp32, fp16 storage
-    warp_pw: tuple[float, float, float]  # fp32, tf32, fp16
-    warp_fused_pw: tuple[float, float, float]
-    warp_fused_dw: float  # the fused kernels' DW stencil (fp32 operands from shared memory, any storage dtype)
-    fused_w_l2: tuple[float, float]  # L2 sectors per modelled sector of a fused kernel's per-block packed PW weight copies: fp32, fp16
-    fused_w_load: float  # share of a fused kernel's per-block weight reads that its loads cost (time model)
-    warp_load: float  # bytes/s one warp's loads bring in (Little's law: bytes in flight / latency)
-    warp_exp: tuple[float, float]  # a block of w warps computes at w ** exp times one warp's rate: LBL, fused
+    l2_coalesce_blocks: float  # concurrent readers of one GPC whose reads of the same sectors L2 sees once
+    gpc_count: int  # GPCs: readers on different GPCs never merge
+    gpc_dispatch_blocks: int  # consecutive blocks of a large launch that the scheduler places on one GPC
     cluster_sms: int  # SMs whose blocks clusters of CLUSTER_PLACED_MIN or more blocks can use
-    coresident_exp: float  # a block's serial chain is slowed by (blocks resident on its SM) ** this
-    fused_sm_warps: float  # an SM issues its resident fused blocks' work at most at this many warps' rate (0: no cap)
-    fused_load_w: float  # FMA-equivalents the fused kernels' issued work charges per shared-memory operand load
-    fused_epi_w: float  # FMA-equivalents the fused kernels' issued work charges per element of a staged epilogue
-    fused_win_w: float  # ... per element of a pw_dw / pw_dw_pw expansion's window epilogue
-    pw_load_w: tuple[float, float]  # FMA- (exact fp32) / mma-equivalents (tensor cores) the layer-by-layer pw/linear issued work charges per operand load (0: that path off)
-    sm_warps: float  # an SM issues its resident layer-by-layer pw/linear blocks' work at most at this many warps' rate
-    fixed: tuple[float, float]  # seconds a launch takes beyond the empty-launch floor whatever its work: LBL, fused
-    l1_cache: int  # bytes of L1 data cache an SM keeps at the largest shared-memory carveout (l1_bytes - smem_per_sm)
-    l1_line: int  # L1 cache line bytes
+    l1_cache_bytes: int  # bytes of L1 data cache an SM keeps at the largest shared-memory carveout
+    l1_line_bytes: int
+    #: achieved FLOP/s of one warp of fuseplanner's kernels (rate per cycle x clock), by math mode
+    dw_warp_flops: tuple[float, float]  # layer-by-layer DW stencil: fp32, fp16 storage
+    pw_warp_flops: tuple[float, float, float]  # layer-by-layer PW/linear: fp32, tf32, fp16
+    fused_pw_warp_flops: tuple[float, float, float]  # PW stages of fused kernels: fp32, tf32, fp16
+    fused_dw_warp_flops: float  # the fused kernels' DW stencil (operands from shared memory, any storage dtype)
+    fused_weight_l2_fraction: float  # L2 sectors per modelled sector of fused per-block packed PW weight copies, fp32
+    fused_weight_l2_fraction_fp16: float  # ... fp16 storage
+    fused_weight_load_fraction: float  # share of a fused kernel's per-block weight reads that its loads cost
+    warp_load_bytes_per_s: float  # bytes/s one warp's loads bring in (Little's law: bytes in flight / latency)
+    block_warp_exponent: float  # a layer-by-layer block of w warps computes at w ** this times one warp's rate
+    fused_block_warp_exponent: float  # ... a fused block
+    coresident_exponent: float  # a block's serial chain is slowed by (blocks resident on its SM) ** this
+    fused_sm_issue_warps: float  # an SM issues its resident fused blocks' work at most at this many warps' rate (0: no cap)
+    fused_shared_load_weight: float  # FMA-equivalents the fused kernels' issued work charges per shared operand load
+    fused_epilogue_weight: float  # ... per element of a staged epilogue
+    fused_window_epilogue_weight: float  # ... per element of a pw_dw / pw_dw_pw expansion's window epilogue
+    pw_shared_load_weight: float  # FMA-equivalents the layer-by-layer exact-fp32 pw/linear path charges per operand load (0: off)
+    pw_mma_load_weight: float  # mma-equivalents its tensor-core path charges per fragment load (0: off)
+    sm_issue_warps: float  # an SM issues its resident layer-by-layer pw/linear blocks' work at most at this many warps' rate
+    kernel_fixed_s: float  # seconds a layer-by-layer launch takes beyond the empty-launch floor whatever its work
+    fused_kernel_fixed_s: float  # ... a fused launch
 
 
 class GpuSpec(BaseModel):
@@ -199,126 +147,44 @@ class GpuSpec(BaseModel):
         description="consecutive blocks that the block scheduler places on one GPC before the next, in a launch of "
         "gpc_dispatch_blocks x (gpc_count + 1) blocks or more; a smaller launch spreads the blocks after its "
         "first gpc_dispatch_blocks over the GPCs (benchmarks/probe_copy.py's SM map)")
-    dw_warp_flops_per_cycle_fp32: float = Field(
-        default=KERNEL_RATE_DEFAULTS["dw_warp_flops_per_cycle_fp32"], gt=0,
-        description="achieved FLOPs per warp per clock of the depthwise stencil (layer by layer and fused), fp32 storage")
-    dw_warp_flops_per_cycle_fp16: float = Field(
-        default=KERNEL_RATE_DEFAULTS["dw_warp_flops_per_cycle_fp16"], gt=0,
-        description="same, fp16 storage (fp32 arithmetic)")
-    pw_warp_flops_per_cycle_fp32: float = Field(
-        default=KERNEL_RATE_DEFAULTS["pw_warp_flops_per_cycle_fp32"], gt=0,
-        description="achieved FLOPs per warp per clock of the layer-by-layer PW/linear kernel, exact fp32")
-    pw_warp_flops_per_cycle_tf32: float = Field(
-        default=KERNEL_RATE_DEFAULTS["pw_warp_flops_per_cycle_tf32"], gt=0,
-        description="same, fp32 storage on TF32 tensor cores")
-    pw_warp_flops_per_cycle_fp16: float = Field(
-        default=KERNEL_RATE_DEFAULTS["pw_warp_flops_per_cycle_fp16"], gt=0,
-        description="same, fp16 storage on FP16 tensor cores")
-    fused_pw_warp_flops_per_cycle_fp32: float = Field(
-        default=KERNEL_RATE_DEFAULTS["fused_pw_warp_flops_per_cycle_fp32"], gt=0,
-        description="achieved FLOPs per warp per clock of the PW stages of fused kernels, exact fp32")
-    fused_pw_warp_flops_per_cycle_tf32: float = Field(
-        default=KERNEL_RATE_DEFAULTS["fused_pw_warp_flops_per_cycle_tf32"], gt=0,
-        description="same, TF32 tensor cores")
-    fused_pw_warp_flops_per_cycle_fp16: float = Field(
-        default=KERNEL_RATE_DEFAULTS["fused_pw_warp_flops_per_cycle_fp16"], gt=0,
-        description="same, FP16 tensor cores")
-    fused_dw_warp_flops_per_cycle: float = Field(
-        default=KERNEL_RATE_DEFAULTS["fused_dw_warp_flops_per_cycle"], gt=0,
-        description="achieved FLOP-equivalents per warp per clock of the fused kernels' DW stencil (dw_window: "
-        "operands from shared memory, fp32 arithmetic, any storage dtype), per issued FLOP with its shared "
-        "loads counted (cost.fused._dw_issue)")
-    fused_weight_l2_fraction: float = Field(
-        default=KERNEL_RATE_DEFAULTS["fused_weight_l2_fraction"], gt=0, le=2,
-        description="L2 read sectors per modelled sector of a fused kernel's per-block copies of its packed PW "
-        "weights (16-byte cp.async.ca), fp32 storage, beyond what the L2 merges of the concurrent copies of "
-        "neighbouring blocks (l2_coalesce_blocks); its DW filters and biases go through L1 and reach L2 once "
-        "(cost/model.py l1_filtered)")
-    fused_weight_l2_fraction_fp16: float = Field(
-        default=KERNEL_RATE_DEFAULTS["fused_weight_l2_fraction_fp16"], gt=0, le=2,
-        description="the same for fp16 storage (above 1 on the H100: its fp16 weight copies cost more L2 "
-        "sectors than the packed bytes)")
-    fused_weight_load_fraction: float = Field(
-        default=KERNEL_RATE_DEFAULTS["fused_weight_load_fraction"], gt=0, le=2,
-        description="share of a fused kernel's per-block weight reads (packed PW weights, DW filters, "
-        "biases) that the time model charges its loads, L1 hits included (the bundled warp rates were fitted "
-        "with 0.7; calibrate --from-results keeps it)")
-    block_warp_exponent: float = Field(
-        default=KERNEL_RATE_DEFAULTS["block_warp_exponent"], gt=0, le=1,
-        description="a block of w warps of the layer-by-layer kernels computes at w ** exponent times one "
-        "warp's rate (its warps share shared-memory bandwidth and barriers)")
-    warp_load_bytes_per_cycle: float = Field(
-        default=KERNEL_RATE_DEFAULTS["warp_load_bytes_per_cycle"], gt=0,
-        description="bytes per clock one warp of fuseplanner's kernels loads from L2/DRAM (bytes in flight "
-        "over latency): a block's reads take at least its bytes / (warps ** exponent x this x clock)")
-    fuse_min_speedup: float = Field(
-        default=1.0, ge=1.0,
-        description="the planner fuses a group for time only when its predicted unfused/fused time ratio "
-        "reaches this (1: any predicted gain); fitted to measured decisions by calibrate --from-results")
-    fused_block_warp_exponent: float = Field(
-        default=KERNEL_RATE_DEFAULTS["fused_block_warp_exponent"], gt=0, le=1,
-        description="same for the fused kernels")
-    coresident_exponent: float = Field(
-        default=KERNEL_RATE_DEFAULTS["coresident_exponent"], ge=0, le=1,
-        description="a block's serial chain (loads, waits, own compute) takes (resident blocks per SM) ** this "
-        "times as long as alone: co-resident blocks share the SM's issue slots and shared-memory bandwidth "
-        "(0: no slowdown)")
-    fused_sm_issue_warps: float = Field(
-        default=KERNEL_RATE_DEFAULTS["fused_sm_issue_warps"], ge=0,
-        description="an SM runs the issued work of its resident fused-kernel blocks at most at this many "
-        "warps' rate (the fused warp rates x this): however many blocks share it, the SM's shared-memory "
-        "and issue bandwidth is one (0: no cap)")
-    fused_shared_load_weight: float = Field(
-        default=KERNEL_RATE_DEFAULTS["fused_shared_load_weight"], ge=0,
-        description="FMA-equivalents (exact fp32) or mma-equivalents (tensor cores) that the fused kernels' "
-        "issued work charges per shared-memory operand load of a GEMM unit or DW stencil item (a float4, "
-        "an ldmatrix): how much a small register or mma block is slowed by its operand loads")
-    fused_epilogue_weight: float = Field(
-        default=KERNEL_RATE_DEFAULTS["fused_epilogue_weight"], ge=0,
-        description="FMA-equivalents that the fused kernels' issued work charges per element of their staged "
-        "epilogue (accumulator through shared memory, index arithmetic, bias, activation, residual, global "
-        "store; cost.fused.epilogue_issue), at the fused DW stencil's warp rate")
-    fused_window_epilogue_weight: float = Field(
-        default=KERNEL_RATE_DEFAULTS["fused_window_epilogue_weight"], ge=0,
-        description="FMA-equivalents that the pw_dw and pw_dw_pw kernels' issued work charges per element "
-        "their expansion GEMM stores into the staged window through its epilogue (map and channel tests, "
-        "bias, activation, shared store; cost.fused.window_epilogue_issue), at the fused DW stencil's warp "
-        "rate")
-    pw_shared_load_weight: float = Field(
-        default=KERNEL_RATE_DEFAULTS["pw_shared_load_weight"], ge=0,
-        description="FMA-equivalents that the layer-by-layer pw/linear kernel's exact-fp32 (CUDA core) path "
-        "charges per shared-memory operand load of its register block (a float4 or single word): with it "
-        "that path's own compute is its busiest thread's issued work (idle slots past the tile count), not "
-        "its useful FLOPs (0: useful FLOPs, term off for that path)")
-    pw_mma_load_weight: float = Field(
-        default=KERNEL_RATE_DEFAULTS["pw_mma_load_weight"], ge=0,
-        description="mma-equivalents that the layer-by-layer pw/linear kernel's tensor-core path (fp16, tf32) "
-        "charges per fragment load (an ldmatrix) of its warp's mma tiles: with it that path's own compute is "
-        "its busiest warp's issued work (idle tiles past the tile count), not its useful FLOPs (0: useful "
-        "FLOPs, term off for that path)")
-    sm_issue_warps: float = Field(
-        default=KERNEL_RATE_DEFAULTS["sm_issue_warps"], ge=0,
-        description="an SM runs the work of its resident layer-by-layer pw/linear blocks at most at this many "
-        "warps' rate (the pw warp rates x this), as fused_sm_issue_warps does for the fused kernels (0: no cap)")
-    kernel_fixed_s: float = Field(
-        default=KERNEL_RATE_DEFAULTS["kernel_fixed_s"], ge=0,
-        description="seconds one launch of fuseplanner's layer-by-layer kernels takes beyond the empty-launch "
-        "floor (launch_overhead_s) whatever its work: first touches after the L2 flush, prologue and tail")
-    fused_kernel_fixed_s: float = Field(
-        default=KERNEL_RATE_DEFAULTS["fused_kernel_fixed_s"], ge=0,
-        description="same for the fused kernels (their prologue fills the cp.async ring and stages weights)")
-    launch_overlap_s: float = Field(
-        default=KERNEL_RATE_DEFAULTS["launch_overlap_s"], ge=0,
-        description="seconds each launch after the first of back-to-back launches takes less than it does "
-        "alone (Cost.overlapped): its launch is queued while its predecessor runs, so part of the empty-launch "
-        "floor and fixed time it pays alone overlaps that predecessor")
     cluster_sms: int | None = Field(
         default=None, gt=0,
         description="SMs that thread-block clusters of 4 or more blocks can use: the scheduler places a "
         "cluster within one GPC, so the SMs of a GPC beyond its last whole cluster stay idle (None: all; "
         "measured by benchmarks/probe_placement.py)")
+    estimated: tuple[str, ...] = Field(
+        default=(),
+        description="datasheet fields whose value is an estimate (no datasheet figure, no measurement): plans "
+        "say so until a [measured] value replaces it")
+    fit_from: str | None = Field(
+        default=None,
+        description="the bundled spec name (or TOML path) whose kernel fit this GPU borrows; None: its own [fit]")
+    fit: KernelFit = Field(description="the fitted kernel parameters (fuseplanner.kernel_fit)")
     sources: dict[str, str] = Field(default_factory=dict)
     measured: dict[str, float] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_fit(cls, data: Any) -> Any:
+        """Give the spec its fit: its own ``[fit]`` table, else the borrowed fit of ``fit_from`` (default
+        `DEFAULT_FIT`). Kernel parameters at top level or in ``[measured]`` (the layout before the fit
+        had its own table) override the fit's values."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        legacy = {k: data.pop(k) for k in PARAMS if k in data}
+        measured = data.get("measured")
+        if isinstance(measured, dict) and any(k in PARAMS for k in measured):
+            legacy.update({k: v for k, v in measured.items() if k in PARAMS})
+            data["measured"] = {k: v for k, v in measured.items() if k not in PARAMS}
+        if data.get("fit") is None:
+            data["fit_from"] = data.get("fit_from") or DEFAULT_FIT
+            data["fit"] = borrowed_fit(str(data["fit_from"]))
+        if legacy:
+            fit = data["fit"]
+            fit = fit.model_dump() if isinstance(fit, KernelFit) else dict(fit)
+            data["fit"] = {**fit, **legacy}
+        return data
 
     @field_validator("measured")
     @classmethod
@@ -330,6 +196,14 @@ class GpuSpec(BaseModel):
                 raise ValueError(f"measured.{key} must be a positive number")
         return v
 
+    @field_validator("estimated")
+    @classmethod
+    def _known_estimated(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for key in v:
+            if key not in MEASURABLE and key != "clock_hz":
+                raise ValueError(f"{key} is not a datasheet number (estimated lists fields such as {MEASURABLE[0]})")
+        return v
+
     @model_validator(mode="after")
     def _consistent(self) -> GpuSpec:
         if self.smem_per_block_bytes > self.smem_per_sm_bytes:
@@ -338,55 +212,88 @@ class GpuSpec(BaseModel):
             raise ValueError("max_threads_per_block exceeds max_threads_per_sm")
         if self.cluster_sms is not None and self.cluster_sms > self.sm_count:
             raise ValueError("cluster_sms exceeds sm_count")
+        if (self.fit_from is not None) != self.fit.borrowed:
+            raise ValueError("give either fit_from (a borrowed fit) or a [fit] table of the spec's own, not both")
         return self
 
     def __hash__(self) -> int:
         return hash(self.hw)
 
     def eff(self, field: str) -> Any:
-        """Effective value of `field`: the calibrated measurement when present, else the datasheet value."""
+        """Effective value of `field`: the calibrated measurement when present, else the datasheet value;
+        a kernel parameter's value comes from the spec's fit."""
         if field in self.measured:
             return self.measured[field]
+        if field in PARAMS:
+            return getattr(self.fit, field)
         return getattr(self, field)
+
+    @property
+    def plan_only(self) -> bool:
+        """True when the bundled kernels cannot run on this GPU (compute capability below 8.0)."""
+        major, minor = (int(x) for x in self.compute_capability.split("."))
+        return (major, minor) < KERNEL_MIN_CC
+
+    def warnings(self, kernel_fit: bool = True) -> list[str]:
+        """What limits trust in this spec's predictions, one line each: a borrowed kernel fit (unless
+        `kernel_fit` is False: a cost model that does not read the fit), a GPU the bundled kernels cannot
+        run on, datasheet values that are estimates."""
+        out = []
+        if kernel_fit and self.fit.borrowed:
+            out.append(f"{self.name} has no kernel fit of its own: kernel parameters borrowed from "
+                       f"{self.fit.source_gpu}; fit them on this GPU with `fuseplanner validate`, then "
+                       "`fuseplanner calibrate --from-results`")
+        if self.plan_only:
+            out.append(f"{self.name} is compute capability {self.compute_capability}: the bundled kernels need "
+                       "sm_80 or newer (cp.async, mma), so this plan is a prediction only")
+        guessed = [f for f in self.estimated if f not in self.measured]
+        if guessed:
+            verb = "is an estimate" if len(guessed) == 1 else "are estimates"
+            out.append(f"{self.name}: {', '.join(guessed)} {verb}, not a datasheet figure or a measurement "
+                       f"(`fuseplanner gpus {self.name} --json --sources` says how each was estimated)")
+        return out
 
     @cached_property
     def hw(self) -> Hw:
-        """Effective numbers as a plain tuple (cached); missing tensor-core rates fall back to CUDA cores."""
-        e = self.eff
-        fp16_tc = e("fp16_tc_flops") or e("fp16_flops")
-        tf32_tc = e("tf32_tc_flops") or e("fp32_flops")
+        """Effective numbers as a `Hw` record (cached); missing tensor-core rates fall back to CUDA cores."""
+        e, f, clock = self.eff, self.fit, self.clock_hz
         return Hw(
-            self.sm_count, self.max_threads_per_sm, self.max_blocks_per_sm, self.regs_per_sm,
-            self.reg_alloc_unit, self.warp_size, self.smem_per_sm_bytes, self.smem_reserved_per_block_bytes,
-            self.l2_bytes, float(e("l2_usable_fraction")), self.sector_bytes, float(e("dram_bw_bytes_per_s")),
-            float(e("l2_bw_bytes_per_s")), float(e("fp32_flops")), float(e("fp16_flops")), float(fp16_tc),
-            float(tf32_tc), float(e("launch_overhead_s")), float(e("mem_latency_s")), float(self.clock_hz),
-            float(self.l2_coalesce_blocks), int(self.gpc_count), int(self.gpc_dispatch_blocks),
-            tuple(float(e(f"dw_warp_flops_per_cycle_{m}")) * self.clock_hz for m in ("fp32", "fp16")),
-            tuple(float(e(f"pw_warp_flops_per_cycle_{m}")) * self.clock_hz for m in ("fp32", "tf32", "fp16")),
-            tuple(float(e(f"fused_pw_warp_flops_per_cycle_{m}")) * self.clock_hz for m in ("fp32", "tf32", "fp16")),
-            float(e("fused_dw_warp_flops_per_cycle")) * self.clock_hz,
-            (float(e("fused_weight_l2_fraction")), float(e("fused_weight_l2_fraction_fp16"))),
-            float(e("fused_weight_load_fraction")),
-            float(e("warp_load_bytes_per_cycle")) * self.clock_hz,
-            (float(e("block_warp_exponent")), float(e("fused_block_warp_exponent"))),
-            self.cluster_sms or self.sm_count,
-            float(e("coresident_exponent")),
-            float(e("fused_sm_issue_warps")),
-            float(e("fused_shared_load_weight")),
-            float(e("fused_epilogue_weight")),
-            float(e("fused_window_epilogue_weight")),
-            (float(e("pw_shared_load_weight")), float(e("pw_mma_load_weight"))),
-            float(e("sm_issue_warps")),
-            (float(e("kernel_fixed_s")), float(e("fused_kernel_fixed_s"))),
-            max(0, self.l1_bytes - self.smem_per_sm_bytes),
-            self.l1_line_bytes,
+            sm_count=self.sm_count, max_threads_per_sm=self.max_threads_per_sm,
+            max_blocks_per_sm=self.max_blocks_per_sm, regs_per_sm=self.regs_per_sm,
+            reg_alloc_unit=self.reg_alloc_unit, warp_size=self.warp_size, smem_per_sm_bytes=self.smem_per_sm_bytes,
+            smem_reserved_per_block_bytes=self.smem_reserved_per_block_bytes, l2_bytes=self.l2_bytes,
+            l2_usable_fraction=float(e("l2_usable_fraction")), sector_bytes=self.sector_bytes,
+            dram_bw=float(e("dram_bw_bytes_per_s")), l2_bw=float(e("l2_bw_bytes_per_s")),
+            fp32_flops=float(e("fp32_flops")), fp16_flops=float(e("fp16_flops")),
+            fp16_tc_flops=float(e("fp16_tc_flops") or e("fp16_flops")),
+            tf32_tc_flops=float(e("tf32_tc_flops") or e("fp32_flops")),
+            launch_overhead_s=float(e("launch_overhead_s")), mem_latency_s=float(e("mem_latency_s")),
+            clock_hz=float(clock), l2_coalesce_blocks=float(self.l2_coalesce_blocks), gpc_count=int(self.gpc_count),
+            gpc_dispatch_blocks=int(self.gpc_dispatch_blocks), cluster_sms=self.cluster_sms or self.sm_count,
+            l1_cache_bytes=max(0, self.l1_bytes - self.smem_per_sm_bytes), l1_line_bytes=self.l1_line_bytes,
+            dw_warp_flops=(f.dw_warp_flops_per_cycle_fp32 * clock, f.dw_warp_flops_per_cycle_fp16 * clock),
+            pw_warp_flops=tuple(getattr(f, f"pw_warp_flops_per_cycle_{m}") * clock for m in ("fp32", "tf32", "fp16")),
+            fused_pw_warp_flops=tuple(getattr(f, f"fused_pw_warp_flops_per_cycle_{m}") * clock
+                                      for m in ("fp32", "tf32", "fp16")),
+            fused_dw_warp_flops=f.fused_dw_warp_flops_per_cycle * clock,
+            fused_weight_l2_fraction=f.fused_weight_l2_fraction,
+            fused_weight_l2_fraction_fp16=f.fused_weight_l2_fraction_fp16,
+            fused_weight_load_fraction=f.fused_weight_load_fraction,
+            warp_load_bytes_per_s=f.warp_load_bytes_per_cycle * clock,
+            block_warp_exponent=f.block_warp_exponent, fused_block_warp_exponent=f.fused_block_warp_exponent,
+            coresident_exponent=f.coresident_exponent, fused_sm_issue_warps=f.fused_sm_issue_warps,
+            fused_shared_load_weight=f.fused_shared_load_weight, fused_epilogue_weight=f.fused_epilogue_weight,
+            fused_window_epilogue_weight=f.fused_window_epilogue_weight,
+            pw_shared_load_weight=f.pw_shared_load_weight, pw_mma_load_weight=f.pw_mma_load_weight,
+            sm_issue_warps=f.sm_issue_warps, kernel_fixed_s=f.kernel_fixed_s, fused_kernel_fixed_s=f.fused_kernel_fixed_s,
         )  # fmt: skip
 
     def summary(self) -> dict[str, Any]:
-        """The spec as a JSON-ready dict of its fields (without sources), effective values under `effective`."""
-        d = self.model_dump(exclude={"sources"})
+        """The spec as a JSON-ready dict of its fields (without sources), effective values under
+        `effective`, the fit's provenance and values under `fit`."""
+        d = self.model_dump(exclude={"sources", "fit"})
         d["effective"] = {k: self.eff(k) for k in MEASURABLE}
+        d["fit"] = self.fit.model_dump(exclude={"sources"})
         return d
 
 
@@ -399,19 +306,66 @@ def _bundled() -> dict[str, Any]:
     return {p.name[:-5]: p for p in _spec_dir().iterdir() if p.name.endswith(".toml")}
 
 
-def _parse(text: str, stem: str, origin: str) -> GpuSpec:
+def _invalid(origin: str, exc: ValidationError) -> SpecError:
+    err = exc.errors()[0]
+    field = ".".join(str(p) for p in err["loc"]) or "(file)"
+    msg = err["msg"].removeprefix("Value error, ")
+    return SpecError(f"{origin}: field {field!r}: {msg}; fix it in the TOML")
+
+
+def _toml(text: str, origin: str) -> dict[str, Any]:
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{origin}: not valid TOML ({exc}); fix the file") from None
+
+
+def _parse(text: str, stem: str, origin: str, folder: Path | None = None) -> GpuSpec:
+    data = _toml(text, origin)
     data.setdefault("name", stem)
+    source = data.get("fit_from")
+    if folder is not None and isinstance(source, str) and _bundled_stem(source) is None and not Path(source).is_absolute():
+        data["fit_from"] = str(folder / source)  # a path relative to the spec file, not to the working directory
     try:
         return GpuSpec.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "(file)"
-        msg = err["msg"].removeprefix("Value error, ")
-        raise SpecError(f"{origin}: field {field!r}: {msg}; fix it in the TOML") from None
+        raise _invalid(origin, exc) from None
+
+
+@cache
+def _bundled_fit(stem: str) -> KernelFit:
+    return _own_fit(_bundled()[stem].read_text(encoding="utf-8"), f"gpu_specs/{stem}.toml", stem)
+
+
+def _own_fit(text: str, origin: str, source: str) -> KernelFit:
+    table = _toml(text, origin).get("fit")
+    if not isinstance(table, dict):
+        raise SpecError(f"fit_from = {source!r}: {origin} has no [fit] table of its own; name a spec that has "
+                        f"one (e.g. {DEFAULT_FIT!r})")
+    try:
+        return KernelFit.model_validate(table)
+    except ValidationError as exc:
+        raise _invalid(f"{origin} [fit]", exc) from None
+
+
+def _bundled_stem(name: str) -> str | None:
+    """The bundled spec stem `name` spells (aliases included), or None."""
+    stem = name.lower().replace("-", "_")
+    stem = ALIASES.get(stem, stem)
+    return stem if stem in _bundled() else None
+
+
+def borrowed_fit(source: str) -> KernelFit:
+    """The kernel fit of spec `source` (a bundled name or a TOML path) as another GPU borrows it."""
+    stem = _bundled_stem(source)
+    if stem is not None:
+        return _bundled_fit(stem).lent()
+    p = Path(source)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"fit_from = {source!r}: not a bundled GPU and cannot read it ({exc.strerror})") from None
+    return _own_fit(text, str(p), source).lent()
 
 
 def load(path: str | Path) -> GpuSpec:
@@ -421,7 +375,7 @@ def load(path: str | Path) -> GpuSpec:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError(f"cannot read GPU spec {str(p)!r}: {exc.strerror}") from None
-    return _parse(text, p.stem, str(p))
+    return _parse(text, p.stem, str(p), p.parent)
 
 
 _CACHE: dict[str, GpuSpec] = {}

@@ -33,6 +33,10 @@ class FakeGpu:
         """Like GpuSpec.eff: this fake has no measured overrides."""
         return getattr(self, field)
 
+    def warnings(self, kernel_fit: bool = True) -> list[str]:
+        """Like GpuSpec.warnings: nothing limits trust in this fake."""
+        return []
+
 
 def _cost(read: float, write: float, launches: int = 1) -> Cost:
     return Cost(

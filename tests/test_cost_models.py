@@ -183,7 +183,7 @@ def test_pw_weight_chunks_share_l1_lines():
     #   64 x 40 = 2,560 B = 80 sectors x 7 + the last 32 rows' 1,280 B = 40 -> 600 + bias 60 = 660
     # input: 20 planes of one 2-B pixel, a sector each, x nf 8 = 160 (no merging in this spec)
     # read 660 + 160 = 820 sectors = 26,240 B (chunk by chunk: 1,740 + 160 = 1,900)
-    assert (H100.hw.l1_cache, H100.hw.l1_line) == (28_672, 128)
+    assert (H100.hw.l1_cache_bytes, H100.hw.l1_line_bytes) == (28_672, 128)
     op = pw(20, 480, 1, 1)
     assert estimate("pw", (op,), Tile(1, 1, 64, 8, 64), "fp16", 1, H100).gma_read_bytes == 26_240
     km = cost_model.context("pw", (op,), "fp16")

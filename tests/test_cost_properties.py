@@ -279,7 +279,7 @@ def test_fp16_traffic_is_half_when_aligned(data, kind, c, m, h, batch):
         wr = batch * nsp * (cdiv(c, t.tf) * w1 + w2)
         wc = wr - batch * nsp * (cdiv(c, t.tf) * 4 * m + 4 * c)  # the packed rows (the biases go through L1)
         wu = w1 + w2
-        keep = max(Fraction(str(H100.fused_weight_l2_fraction)) * wc, min(wu, wr))
+        keep = max(Fraction(str(H100.fit.fused_weight_l2_fraction)) * wc, min(wu, wr))
         return 32 * math.ceil(keep / 32), wu
 
     (p32, u32), (p16, u16) = params(4), params(2)

@@ -13,7 +13,8 @@ from fuseplanner import fit, report
 from fuseplanner.calibrate import apply_measured
 from fuseplanner.cli.main import main
 from fuseplanner.errors import FusePlannerError
-from fuseplanner.specs import MEASURABLE, gpu
+from fuseplanner.kernel_fit import PARAMS
+from fuseplanner.specs import gpu
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDS = ROOT / "data" / "records" / "h100"
@@ -79,10 +80,10 @@ def test_decision_agreement_counts_outcomes(samples):
     assert fit.decision_agreement(spec, samples, 0.0) == (len(pairs) - slower, len(pairs))
 
 
-def test_fit_moves_only_measurable_fields_and_keeps_them_valid(samples):
+def test_fit_moves_only_kernel_parameters_and_keeps_them_valid(samples):
     spec = gpu(str(SPEC))
     result = fit.fit_spec(spec, samples, max_iter=30)
-    assert set(result.values) <= set(MEASURABLE)
+    assert set(result.values) <= set(PARAMS)
     assert "fuse_min_speedup" in result.values and result.values["fuse_min_speedup"] in fit.THRESHOLDS
     assert "fused_weight_l2_fraction" in result.values  # fused groups with counters are present
     assert "fused_weight_l2_fraction_fp16" not in result.values  # no fp16 records: left as it was
@@ -121,13 +122,19 @@ def test_calibrate_from_results_writes_a_loadable_spec(tmp_path, capsys):
     assert main(["calibrate", "--from-results", str(RUN), "--gpu", str(SPEC), "--out", str(out), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     spec = gpu(str(out))
+    assert not spec.fit.borrowed and spec.fit_from is None  # the written spec has a fit of its own
     for name, value in shown["values"].items():
-        assert spec.measured[name] == value
-        assert "calibrate --from-results" in spec.sources[f"measured.{name}"]
-    assert spec.sm_count == 132  # the starting spec's fields are kept
-    # fields the starting spec left at their schema default are not frozen into the written file
-    assert "pw_warp_flops_per_cycle_tf32" not in spec.model_fields_set
-    assert "pw_warp_flops_per_cycle_tf32 =" not in out.read_text().split("[sources]")[0]
+        assert getattr(spec.fit, name) == value
+        assert "calibrate --from-results" in spec.fit.sources[name]
+    # the starting spec borrows the H100 fit: what was not fitted is kept, with a note saying so
+    start = gpu(str(SPEC))
+    kept = next(n for n in PARAMS if n not in shown["values"])
+    assert getattr(spec.fit, kept) == getattr(start.fit, kept) and "kept from the fit of h100" in spec.fit.sources[kept]
+    # provenance: the GPU and driver of the results, the record set and count
+    assert spec.fit.source_gpu == "NVIDIA H100 80GB HBM3" and spec.fit.record_count == shown["n_time"]
+    assert str(RUN) in spec.fit.records and spec.fit.date
+    assert spec.sm_count == 132 and spec.measured == start.measured  # the starting spec's facts are kept
+    assert spec.warnings() == [w for w in start.warnings() if "kernel fit" not in w]
 
 
 def test_calibrate_from_results_bad_file_is_one_error_line(tmp_path, capsys):

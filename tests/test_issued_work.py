@@ -3,6 +3,8 @@ of a block executes, with idle units, tensor-core padding and shared operand loa
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from opfactory import dw, pw
 
 from fuseplanner import tiles
@@ -49,8 +51,8 @@ def test_shared_load_weight_reaches_fused_estimates_only():
     from fuseplanner.cost import estimate
 
     base = gpu("h100")
-    heavy = apply_measured(base, {"fused_shared_load_weight": 4 * base.fused_shared_load_weight})
-    assert heavy.hw.fused_load_w == 4 * base.hw.fused_load_w
+    heavy = apply_measured(base, {"fused_shared_load_weight": 4 * base.fit.fused_shared_load_weight})
+    assert heavy.hw.fused_shared_load_weight == 4 * base.hw.fused_shared_load_weight
     fused_t = [estimate("dw_pw", (DW, PW), TILE, "fp32", 1, s).time_s for s in (base, heavy)]
     assert fused_t[1] > fused_t[0]  # more issued work per block on the same rates
     lbl = [estimate("dw", (DW,), Tile(7, 7, 16, 16, 64), "fp32", 1, s).time_s for s in (base, heavy)]
@@ -62,7 +64,7 @@ def test_issued_work_reaches_the_launch_time():
     h100 = gpu("h100")
     km = model.context("dw_pw", (DW, PW), "fp16")
     w = km.work(TILE, 1, False)
-    no_epilogue = h100.hw._replace(fused_load_w=0.5, fused_epi_w=0.0)
+    no_epilogue = replace(h100.hw, fused_shared_load_weight=0.5, fused_epilogue_weight=0.0)
     got = model.issued("dw_pw", (DW, PW), TILE, "fp16", "fp32", w, 1, no_epilogue)
     assert got.mma_issue == 28672.0 * w.blocks and got.cuda_issue == 4608.0 * w.blocks
     assert got.mma_issue > w.mma_flops  # padding and idle warps cost more than the useful FLOPs
@@ -93,11 +95,11 @@ def test_fused_kinds_run_the_stencil_at_their_own_rate():
     # either storage dtype) has its own field; the layer-by-layer DW kernel keeps its per-dtype rate
     spec = gpu("h100")
     hw = spec.hw
-    fused_rate = spec.fused_dw_warp_flops_per_cycle * spec.clock_hz
+    fused_rate = spec.fit.fused_dw_warp_flops_per_cycle * spec.clock_hz
     for kind in ("pw_dw", "dw_pw", "pw_dw_pw"):
         for dtype in ("fp32", "fp16"):
             assert time.warp_rates(kind, dtype, "fp32", hw)[0] == fused_rate
-    assert time.warp_rates("dw", "fp16", "fp32", hw)[0] == spec.dw_warp_flops_per_cycle_fp16 * spec.clock_hz
+    assert time.warp_rates("dw", "fp16", "fp32", hw)[0] == spec.fit.dw_warp_flops_per_cycle_fp16 * spec.clock_hz
     assert time.warp_rates("dw", "fp32", "fp32", hw)[0] != fused_rate
     # a faster fused stencil shortens a DW-heavy fused launch: same work, rate doubled -> less time
     km = model.context("dw_pw", (DW, PW), "fp16")
@@ -141,7 +143,7 @@ def test_epilogue_weight_lengthens_large_output_tiles_most():
     from fuseplanner.cost import estimate
 
     base = gpu("h100")
-    heavy = apply_measured(base, {"fused_epilogue_weight": base.fused_epilogue_weight + 8.0})
+    heavy = apply_measured(base, {"fused_epilogue_weight": base.fit.fused_epilogue_weight + 8.0})
     d, p = dw(64, 112, 112, 3, 2), pw(64, 128, 56, 56)
     big, small = Tile(4, 56, 128, 64, 256), Tile(2, 8, 32, 64, 256)
     gain = {}
@@ -184,8 +186,8 @@ def test_window_epilogue_weight_reaches_pw_dw_pw_estimates():
     from fuseplanner.cost import estimate
 
     base = gpu("h100")
-    heavy = apply_measured(base, {"fused_window_epilogue_weight": base.fused_window_epilogue_weight + 8.0})
-    assert heavy.hw.fused_win_w == base.hw.fused_win_w + 8.0
+    heavy = apply_measured(base, {"fused_window_epilogue_weight": base.fit.fused_window_epilogue_weight + 8.0})
+    assert heavy.hw.fused_window_epilogue_weight == base.hw.fused_window_epilogue_weight + 8.0
     e, d, p = pw(16, 64, 8, 8), dw(64, 8, 8, 3), pw(64, 32, 8, 8)
     times = [estimate("pw_dw_pw", (e, d, p), Tile(2, 4, 32, 16, 64), "fp16", 1, s).time_s for s in (base, heavy)]
     assert times[1] > times[0]

@@ -48,7 +48,7 @@ def test_tensor_core_warps_pay_fragment_loads_and_padding():
 
 def test_both_fields_are_off_by_default_and_reach_pw_estimates_when_set():
     base = gpu("h100")
-    assert base.hw.pw_load_w == (0.0, 0.0) and base.hw.sm_warps == 0.0
+    assert (base.hw.pw_shared_load_weight, base.hw.pw_mma_load_weight) == (0.0, 0.0) and base.hw.sm_issue_warps == 0.0
     loads = apply_measured(base, {"pw_shared_load_weight": 2.0})
     small = Tile(1, 4, 16, 16, 64)  # 1 x 1 register blocks: the loads more than double the issued work
     times = [estimate("pw", (PW,), small, "fp32", 1, s).time_s for s in (base, loads)]
@@ -65,7 +65,7 @@ def test_sm_issue_cap_applies_to_pw_and_linear_not_dw():
     assert time.warp_rates("pw", "fp32", "fp32", hw)[4] == 6.0
     assert time.warp_rates("linear", "fp16", "fp32", hw)[4] == 6.0
     assert time.warp_rates("dw", "fp32", "fp32", hw)[4] == 0.0
-    assert time.warp_rates("pw_dw", "fp32", "fp32", hw)[4] == hw.fused_sm_warps  # the fused kinds keep their own
+    assert time.warp_rates("pw_dw", "fp32", "fp32", hw)[4] == hw.fused_sm_issue_warps  # the fused kinds keep their own
 
 
 def test_each_load_weight_reaches_its_math_path_only():

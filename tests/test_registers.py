@@ -3,6 +3,8 @@ cluster placement limit of the time model (spec cluster_sms)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from opfactory import dw, pw
 
@@ -99,7 +101,7 @@ def test_cluster_launch_waves_on_the_cluster_sms():
     one = kernel_time(_work(256), 1e6, *args)
     two = kernel_time(_work(256), 1e6, *args, sms=hw.cluster_sms)
     assert hw.cluster_sms == 120
-    assert two > 1.5 * (one - hw.launch) + hw.launch
+    assert two > 1.5 * (one - hw.launch_overhead_s) + hw.launch_overhead_s
     # 224 blocks fit one wave either way: only the memory share of fewer SMs differs
     assert kernel_time(_work(224), 1e6, *args, sms=120) == pytest.approx(kernel_time(_work(224), 1e6, *args), rel=0.1)
 
@@ -138,37 +140,37 @@ def test_split_reduction_adds_one_latency_and_large_clusters_use_cluster_sms(mon
     assert (c.kernels[0].blocks, c.kernels[0].blocks_per_sm) == (256, 2)
     all_sms = GpuSpec.model_validate({**H100.model_dump(), "cluster_sms": None})
     assert all_sms.hw.cluster_sms == 132
-    floor = H100.hw.launch + H100.hw.fixed[1]  # the launch's fixed part, the same either way
+    floor = H100.hw.launch_overhead_s + H100.hw.fused_kernel_fixed_s  # the launch's fixed part, the same either way
     assert c.time_s - floor > 1.3 * (estimate("dw_pw", ops, t, "fp32", 1, all_sms).time_s - floor)
 
 
 def test_sm_issue_cap_floors_a_wave_of_fused_blocks():
-    hw = H100.hw._replace(coresident_exp=0.0)  # the chain alone, not slowed by co-residency
+    hw = replace(H100.hw, coresident_exponent=0.0)  # the chain alone, not slowed by co-residency
     w = _work(396)  # 132 SMs x 3 blocks: one full wave
     # own compute of a block: (1e7 DW FLOPs / 1e10 + 1e8 PW FLOPs / 2e10) / (396 blocks x 8 warps ** 1.0)
     #   = 6e-3 / 3168 = 1.894 us; chain = 4 iterations x latency / depth 2 + the wave's bytes at the
     #   larger of L2 and DRAM bandwidth + own compute
     t_own = 6e-3 / 3168
-    chain = 4 * hw.latency / 2 + max(1.1e6 / hw.l2_bw, 1e6 / hw.dram_bw) + t_own
+    chain = 4 * hw.mem_latency_s / 2 + max(1.1e6 / hw.l2_bw, 1e6 / hw.dram_bw) + t_own
     uncapped = kernel_time(w, 1e6, 3, 256, hw, 1e14, (1e10, 2e10, 1.0, 1e12, 0.0, 0.0), 2)
-    assert uncapped == pytest.approx(hw.launch + chain + hw.latency, rel=1e-9)
+    assert uncapped == pytest.approx(hw.launch_overhead_s + chain + hw.mem_latency_s, rel=1e-9)
     # a cap of 4 warps: the SM runs its 3 blocks' work (8 warps' worth each at one warp's rate) at 4
     #   warps' rate: 3 x 1.894 us x 8 / 4 = 11.36 us, above the 3.4 us chain
     capped = kernel_time(w, 1e6, 3, 256, hw, 1e14, (1e10, 2e10, 1.0, 1e12, 4.0, 0.0), 2)
-    assert capped == pytest.approx(hw.launch + 3 * t_own * 8 / 4 + hw.latency, rel=1e-9)
+    assert capped == pytest.approx(hw.launch_overhead_s + 3 * t_own * 8 / 4 + hw.mem_latency_s, rel=1e-9)
     # a cap of 16 warps (3 x 1.894 x 8 / 16 = 2.84 us) stays under the chain: no change
     assert kernel_time(w, 1e6, 3, 256, hw, 1e14, (1e10, 2e10, 1.0, 1e12, 16.0, 0.0), 2) == uncapped
 
 
 def test_sm_issue_cap_is_for_fused_kinds_only():
     hw = H100.hw
-    assert hw.fused_sm_warps > 0
+    assert hw.fused_sm_issue_warps > 0
     assert warp_rates("pw", "fp32", "fp32", hw)[4] == 0.0 and warp_rates("dw", "fp16", "fp32", hw)[4] == 0.0
-    assert warp_rates("pw_dw_pw", "fp32", "fp32", hw)[4] == hw.fused_sm_warps
+    assert warp_rates("pw_dw_pw", "fp32", "fp32", hw)[4] == hw.fused_sm_issue_warps
 
 
 def test_fixed_launch_time_adds_once_per_launch_by_kind():
-    hw = H100.hw._replace(fixed=(0.5e-6, 3e-6))
+    hw = replace(H100.hw, kernel_fixed_s=0.5e-6, fused_kernel_fixed_s=3e-6)
     w = _work(396)
     rates = (1e10, 2e10, 1.0, 1e12, 0.0, 0.0)
     base = kernel_time(w, 1e6, 3, 256, hw, 1e14, rates, 2)

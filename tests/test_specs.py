@@ -61,8 +61,8 @@ def test_measured_overrides_datasheet():
     assert "fp16_tc_flops" not in h.measured and h.eff("fp16_tc_flops") == h.fp16_tc_flops  # datasheet
     # a GPU without tensor cores falls back to the CUDA-core rate in the cost model's tuple
     g = gpu("gtx1660")
-    assert g.fp16_tc_flops is None and g.hw.fp16_tc == g.fp16_flops
-    assert g.hw.tf32_tc == g.fp32_flops
+    assert g.fp16_tc_flops is None and g.hw.fp16_tc_flops == g.fp16_flops
+    assert g.hw.tf32_tc_flops == g.fp32_flops
 
 
 def test_hashable_and_frozen():

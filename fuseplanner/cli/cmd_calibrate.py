@@ -1,4 +1,5 @@
-"""`fuseplanner calibrate`: measure this GPU and write a GPU spec TOML with a [measured] table."""
+"""`fuseplanner calibrate`: measure this GPU and write a GPU spec TOML with a [measured] table, or fit
+the kernel parameters to validation results and write a spec with its own [fit] table."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ def register(subparsers) -> None:
         "CUDA-event medians) and write a GPU spec TOML whose [measured] table the cost model prefers over "
         "datasheet values. Use it with `--gpu PATH` in plan/validate; `fuseplanner validate --calibrate` "
         "reports accuracy before and after. Needs a CUDA GPU and CuPy. With --from-results it needs no GPU: it "
-        "fits the kernel-efficiency fields (achieved FLOPs per warp per clock of fuseplanner's kernels, the L2 "
-        "fraction of fused kernels' weight re-reads) to the measurements in validation results files.",
+        "fits the kernel parameters (achieved FLOPs per warp per clock of fuseplanner's kernels, the L2 "
+        "fraction of fused kernels' weight re-reads, the fuse threshold) to the measurements in validation "
+        "results files and writes the spec with them as its own [fit] table (GPU, driver, date, records).",
     )
     p.add_argument("--gpu", default="auto", help="spec to start from: 'auto' detects this GPU (default), or a name/path")
     p.add_argument("--out", default=None, help="TOML to write (default: SPEC_calibrated.toml)")
@@ -63,8 +65,8 @@ def _from_results(args: argparse.Namespace) -> int:
     from ..calibrate import spec_dict, to_toml
     from ..report import load_results
 
-    name = load_results(args.from_results[0])["meta"]["gpu"] if args.gpu == "auto" else args.gpu
-    base = specs.gpu(name)
+    meta = load_results(args.from_results[0])["meta"]
+    base = specs.gpu(meta["gpu"] if args.gpu == "auto" else args.gpu)
     samples, dropped = fit.feasible(base, fit.load_samples(args.from_results, args.model))
     if dropped:
         sys.stderr.write(f"skipped {len(dropped)} records that the current kernels cannot launch with spec "
@@ -75,9 +77,11 @@ def _from_results(args: argparse.Namespace) -> int:
     result = fit.fit_spec(base, samples, only=only)
     out = Path(args.out or f"{base.name}_fitted.toml")
     d = spec_dict(base)
-    d.pop("name", None)
+    for key in ("name", "fit_from"):
+        d.pop(key, None)
+    d["fit"] = fit.kernel_fit(base, result, args.from_results, meta).model_dump(mode="json", exclude={"borrowed"})
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(to_toml(d, result.values, fit.notes(result, args.from_results)))
+    out.write_text(to_toml(d, {}))
     if args.json:
         sys.stdout.write(json.dumps({**result.as_dict(), "spec": str(out)}, indent=1) + "\n")
         return 0

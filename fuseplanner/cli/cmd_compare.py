@@ -7,7 +7,7 @@ import json
 import sys
 
 from ..errors import PlanError
-from .cmd_plan import add_plan_options, check_output_path, plan_kwargs
+from .cmd_plan import add_plan_options, check_output_path, plan_kwargs, print_notes
 from .common import add_model_arguments, load_from_args
 
 DEFAULT_GPUS = "h100,a100_80gb,gtx1660,orin"
@@ -48,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
     graph = load_from_args(args)
     kwargs = plan_kwargs(args)
     plans = [plan(graph, s, **kwargs) for s in specs]
+    for p in plans:
+        print_notes(p)
     if args.json:
         doc = {
             "model": graph.name,

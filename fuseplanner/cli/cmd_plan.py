@@ -75,6 +75,12 @@ def resolve_gpu(name: str | None):
     return specs.gpu(DEFAULT_GPU), f"note: no CUDA GPU detected here; planned for {DEFAULT_GPU} (choose one with --gpu NAME|PATH)"
 
 
+def print_notes(result) -> None:
+    """One `note:` line on stderr per warning of a plan (what limits trust in its predictions)."""
+    for w in result.warnings:
+        sys.stderr.write(f"note: {w}\n")
+
+
 def check_output_path(text: str | None, option: str, allow_stdout: bool = False) -> None:
     """Refuse an output path whose folder does not exist (before any work is done)."""
     if text is None or (allow_stdout and text == "-"):
@@ -148,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
         export.save_onnx(onnx_model, args.onnx, args.model)
     if note:
         sys.stderr.write(note + "\n")
+    print_notes(result)
     if args.json == "-":
         sys.stdout.write(json_text + "\n")
         return 0

@@ -47,8 +47,8 @@ def stream_cost(op: Op, dtype: str, batch: int, gpu: GpuSpec, precision: str = "
         rate = mma_rate(dtype, precision, hw)
     else:
         flops = op.flops / max(1, op.batch) * batch
-        rate = hw.fp32
-    cap = hw.l2_bytes * hw.l2_usable
+        rate = hw.fp32_flops
+    cap = hw.l2_bytes * hw.l2_usable_fraction
     dram_w = dram_write_bytes(out_b, in_b + w_b + out_b, cap)
     return Cost(
         gma_read_bytes=in_b + w_b,

@@ -94,7 +94,7 @@ def _model(kind: str, ops: tuple[Op, ...], dtype: str) -> KernelModel:
 
 def dram_traffic(w: Work, conc: int, hw: Hw) -> tuple[float, float]:
     """(read, write) DRAM bytes for a cold L2 (rules in `traffic`)."""
-    cap = hw.l2_bytes * hw.l2_usable
+    cap = hw.l2_bytes * hw.l2_usable_fraction
     waves = cdiv(w.blocks, conc)
     # weights are re-streamed once per wave when one spatial tile's working set does not fit in L2
     w_foot = w.w_unique + (w.in_img + w.out_img) / w.nsp
@@ -122,14 +122,14 @@ def coalesced(readers: int, spacing: float, launch: int, cluster: int, hw: Hw) -
       a 224-block launch, 8 blocks apart, read 8 times).
 
     Never below one read."""
-    if readers <= 1 or hw.coalesce <= 1.0:
+    if readers <= 1 or hw.l2_coalesce_blocks <= 1.0:
         return 1.0
-    w, chunk = hw.coalesce, hw.gpc_chunk
+    w, chunk = hw.l2_coalesce_blocks, hw.gpc_dispatch_blocks
     if cluster > 1:
-        reads = max(readers / w, min(readers, hw.gpcs))
-    elif launch < chunk * (hw.gpcs + 1):
+        reads = max(readers / w, min(readers, hw.gpc_count))
+    elif launch < chunk * (hw.gpc_count + 1):
         first = min(readers, max(1, chunk // spacing))
-        run = max(1, -(-(launch - chunk) // hw.gpcs) // spacing)  # readers in each later GPC's run
+        run = max(1, -(-(launch - chunk) // hw.gpc_count) // spacing)  # readers in each later GPC's run
         reads = max(1.0, first / w) + (readers - first) / run * max(1.0, run / w)
     else:
         reads = readers * min(1.0, spacing / w)
@@ -148,7 +148,7 @@ def weight_readers(w: Work, ks: int, hw: Hw) -> tuple[int, float]:
     1.5-4x fewer times than counted per image."""
     images = w.blocks // max(1, w.nsp * w.nf)
     period = w.nsp * w.nf * ks
-    if images > 1 and (ks > 1 or period < hw.gpc_chunk):
+    if images > 1 and (ks > 1 or period < hw.gpc_dispatch_blocks):
         return w.nsp * images, period / w.nsp if ks == 1 else ks
     return w.nsp, ks
 
@@ -178,12 +178,13 @@ def l1_filtered(w: Work, hw: Hw, half: bool, fused: bool, ks: int = 1) -> Work:
         keep = max(co * w.w_read, floor)
         return w._replace(gma_read=w.gma_read - w.w_read + keep, w_read=keep, req_read=act + w.w_read,
                           ld_read=act + w.w_read)
-    share = hw.fused_w_load * w.w_read
+    share = hw.fused_weight_load_fraction * w.w_read
     every = coalesced(w.blocks, 1, launch, ks, hw) * w.w_all
     l2 = co * (w.w_read - w.w_l1 - w.w_all) + every
-    keep = max(hw.fused_w_l2[half] * l2, floor)
+    l2_fraction = hw.fused_weight_l2_fraction_fp16 if half else hw.fused_weight_l2_fraction
+    keep = max(l2_fraction * l2, floor)
     return w._replace(gma_read=w.gma_read - w.w_read + keep, w_read=keep, req_read=act + max(share, floor),
-                      ld_read=act + share, w_all_l2=hw.fused_w_l2[half] * every)
+                      ld_read=act + share, w_all_l2=l2_fraction * every)
 
 
 def launched(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, batch: int, gpu: GpuSpec, km: KernelModel,
@@ -192,8 +193,8 @@ def launched(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, batch: int,
     flight, cluster split): the cluster split (`tiles.cluster_split`) worked out once, the work with
     it (it changes how the pw kernel stores), then `l1_filtered` and `scheduled`."""
     ks = tiles.cluster_split(kind, ops, tile, batch, gpu, dtype)
-    w = km.l1_reuse(km.work(tile, batch, residual, precision=precision, ks=ks), tile, ks, gpu.hw.l1_cache,
-                    gpu.hw.l1_line)
+    w = km.l1_reuse(km.work(tile, batch, residual, precision=precision, ks=ks), tile, ks, gpu.hw.l1_cache_bytes,
+                    gpu.hw.l1_line_bytes)
     w = l1_filtered(w, gpu.hw, dtype == "fp16", kind in tiles.FUSED_KINDS, ks)
     return (*scheduled(kind, ops, tile, dtype, w, ks), ks)
 
@@ -233,16 +234,17 @@ def issued(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, precision: st
     spec's load weight of its math path is set (`pw_shared_load_weight` for exact fp32 on the CUDA cores,
     `pw_mma_load_weight` for tensor cores); other kinds are returned unchanged."""
     if kind in ("pw", "linear"):
-        load_w = hw.pw_load_w[pw_uses_mma(ops[0], tile, dtype, precision)] if any(hw.pw_load_w) else 0.0
+        load_w = ((hw.pw_mma_load_weight if pw_uses_mma(ops[0], tile, dtype, precision) else hw.pw_shared_load_weight)
+                  if hw.pw_shared_load_weight or hw.pw_mma_load_weight else 0.0)
         if load_w <= 0.0:  # both off (the bundled specs): no variant lookup on the planner's search path
             return w
         return w._replace(mma_issue=w.blocks * pw_issued_per_block(ops[0], tile, dtype, precision, ks, load_w))
     if kind not in tiles.FUSED_KINDS:
         return w
-    dw, pw = _issued(kind, ops, tile, DTYPE_BYTES[dtype], math_mode(dtype, precision), hw.fused_load_w,
-                     hw.fused_win_w)
+    dw, pw = _issued(kind, ops, tile, DTYPE_BYTES[dtype], math_mode(dtype, precision), hw.fused_shared_load_weight,
+                     hw.fused_window_epilogue_weight)
     n = w.blocks / ks
-    epi = epilogue_issue(kind, ops, tile, ks, hw.fused_epi_w, hw.fused_load_w)
+    epi = epilogue_issue(kind, ops, tile, ks, hw.fused_epilogue_weight, hw.fused_shared_load_weight)
     return w._replace(cuda_issue=(dw + epi) * n, mma_issue=pw * n)
 
 

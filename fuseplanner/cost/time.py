@@ -68,7 +68,7 @@ def blocks_per_sm(smem: int, threads: int, regs: int, hw: Hw) -> tuple[int, str]
     regs_warp = -(-(regs * hw.warp_size) // hw.reg_alloc_unit) * hw.reg_alloc_unit
     by_threads = hw.max_threads_per_sm // threads
     by_regs = hw.regs_per_sm // (regs_warp * warps)
-    by_smem = hw.smem_per_sm // (smem + hw.smem_reserved)
+    by_smem = hw.smem_per_sm_bytes // (smem + hw.smem_reserved_per_block_bytes)
     n = min(hw.max_blocks_per_sm, by_threads, by_regs, by_smem)
     if n == by_smem:
         return n, "shared memory"
@@ -80,8 +80,8 @@ def blocks_per_sm(smem: int, threads: int, regs: int, hw: Hw) -> tuple[int, str]
 def mma_rate(dtype: str, precision: str, hw: Hw) -> float:
     """FLOP/s of the PW/linear products for this storage dtype and fp32 math mode."""
     if dtype == "fp16":
-        return hw.fp16_tc
-    return hw.tf32_tc if precision == "tf32" else hw.fp32
+        return hw.fp16_tc_flops
+    return hw.tf32_tc_flops if precision == "tf32" else hw.fp32_flops
 
 
 def warp_rates(kind: str, dtype: str, precision: str, hw: Hw) -> tuple[float, float, float, float, float, float]:
@@ -94,11 +94,12 @@ def warp_rates(kind: str, dtype: str, precision: str, hw: Hw) -> tuple[float, fl
     half = dtype == "fp16"
     mode = math_mode(dtype, precision)
     lbl = kind in ("dw", "pw", "linear")
-    pw = hw.warp_pw if lbl else hw.warp_fused_pw
-    dw = hw.warp_dw[half] if lbl else hw.warp_fused_dw
-    i = 0 if lbl else 1
-    cap = (hw.sm_warps if kind != "dw" else 0.0) if lbl else hw.fused_sm_warps
-    return dw, pw[mode], hw.warp_exp[i], hw.warp_load, cap, hw.fixed[i]
+    pw = hw.pw_warp_flops if lbl else hw.fused_pw_warp_flops
+    dw = hw.dw_warp_flops[half] if lbl else hw.fused_dw_warp_flops
+    cap = (hw.sm_issue_warps if kind != "dw" else 0.0) if lbl else hw.fused_sm_issue_warps
+    exponent = hw.block_warp_exponent if lbl else hw.fused_block_warp_exponent
+    fixed = hw.kernel_fixed_s if lbl else hw.fused_kernel_fixed_s
+    return dw, pw[mode], exponent, hw.warp_load_bytes_per_s, cap, fixed
 
 
 def _wave(per_sm: int, active: int, c_blk: float, mem_blk: float, t_own: float, t_ld: float, t_lat: float,
@@ -122,23 +123,23 @@ def kernel_time(w: Work, dram_bytes: float, bps: int, threads: int, hw: Hw, mma:
     full, rest = divmod(w.blocks, sms * bps)
     nb = float(w.blocks)
     mem_blk = max(((w.req_read or w.gma_read) + w.gma_write) / hw.l2_bw, dram_bytes / hw.dram_bw) / nb
-    c_blk = (w.cuda_flops / hw.fp32 + w.mma_flops / mma) * sms / nb
+    c_blk = (w.cuda_flops / hw.fp32_flops + w.mma_flops / mma) * sms / nb
     warps = (-(-threads // hw.warp_size)) ** rates[2]
     t_own = ((w.cuda_issue or w.cuda_flops) / rates[0] + (w.mma_issue or w.mma_flops) / rates[1]) / (nb * warps)
     if rates[4]:  # the SM issues its blocks' work at most at `rates[4]` warps' rate: t_own x warps is one warp's
         c_blk = max(c_blk, t_own * warps / rates[4])
     t_ld = (w.ld_read or w.gma_read) / (nb * warps * rates[3])  # one block's reads at what its warps keep in flight
-    lat = hw.latency
+    lat = hw.mem_latency_s
     t_lat = w.iters * lat / depth
-    t = hw.launch + rates[5]
+    t = hw.launch_overhead_s + rates[5]
     if full:
-        t += full * _wave(bps, sms, c_blk, mem_blk, t_own, t_ld, t_lat, lat, hw.coresident_exp)
+        t += full * _wave(bps, sms, c_blk, mem_blk, t_own, t_ld, t_lat, lat, hw.coresident_exponent)
     if rest:
-        t += _wave(-(-rest // sms), min(rest, sms), c_blk, mem_blk, t_own, t_ld, t_lat, lat, hw.coresident_exp)
+        t += _wave(-(-rest // sms), min(rest, sms), c_blk, mem_blk, t_own, t_ld, t_lat, lat, hw.coresident_exponent)
     return t
 
 
 def stream_time(gma_bytes: float, dram_bytes: float, flops: float, hw: Hw, rate: float) -> float:
     """Time of a library kernel that streams its operands once (dense conv, opaque op): launch plus
     the largest of the L2, DRAM and compute floors, plus one memory latency."""
-    return hw.launch + max(gma_bytes / hw.l2_bw, dram_bytes / hw.dram_bw, flops / rate) + hw.latency
+    return hw.launch_overhead_s + max(gma_bytes / hw.l2_bw, dram_bytes / hw.dram_bw, flops / rate) + hw.mem_latency_s

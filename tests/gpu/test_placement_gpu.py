@@ -16,7 +16,7 @@ GPU = specs.detect() or specs.gpu("h100")
 
 
 SMS = cp.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
-ONE_PER_SM = (GPU.hw.smem_per_sm - GPU.hw.smem_reserved) // 1024 * 1024  # shared memory for one block per SM
+ONE_PER_SM = (GPU.hw.smem_per_sm_bytes - GPU.hw.smem_reserved_per_block_bytes) // 1024 * 1024  # shared memory for one block per SM
 
 
 def test_one_block_per_sm():

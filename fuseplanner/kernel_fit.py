@@ -1,0 +1,117 @@
+"""The fitted kernel parameters of a GPU: `KernelFit`, separate from the GPU's datasheet facts.
+
+The cost model's time and traffic terms for fuseplanner's own kernels (achieved FLOPs per warp per
+clock, warp exponents, co-residency, issue caps, operand-load weights, fixed launch times, the fuse
+threshold) are properties of the kernels' instruction mix on one GPU, fitted to measured kernel
+sequences by `fuseplanner calibrate --from-results` (`fuseplanner.fit`). A GPU spec carries one fit:
+
+- its own, a ``[fit]`` table in its TOML naming the GPU, driver, date and record set it was fitted
+  on (``source_gpu``, ``driver``, ``date``, ``records``, ``record_count``), its values, and a
+  ``[fit.sources]`` table with a note per value;
+- or another spec's, named by ``fit_from = "h100"`` (a bundled name or a path to a TOML with a
+  ``[fit]`` table): the fit is then *borrowed* (`KernelFit.borrowed`), which plans report as a
+  warning. A borrowed fit fuses at any predicted gain (``fuse_min_speedup`` 1): its own threshold
+  was chosen on fuse decisions measured on the GPU it was fitted on.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: The fuse threshold: a decision rule fitted with the kernel parameters, not applied when borrowed.
+THRESHOLD_FIELD = "fuse_min_speedup"
+#: Provenance fields of a fit (everything else but `sources` is a parameter the cost model reads).
+META_FIELDS = ("source_gpu", "driver", "date", "records", "record_count", "borrowed", "sources")
+
+
+class KernelFit(BaseModel):
+    """Fitted parameters of fuseplanner's kernels on one GPU, with where they were fitted."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source_gpu: str = Field(min_length=1, description="the GPU the parameters were fitted on (bundled spec name or device name)")
+    driver: str = Field(default="", description="NVIDIA driver / CUDA version of the fitted records")
+    date: str = Field(default="", description="ISO date of the fit")
+    records: str = Field(default="", description="the record set fitted to")
+    record_count: int = Field(default=0, ge=0, description="kernel sequences fitted to")
+    borrowed: bool = Field(default=False, description="True when a spec uses another GPU's fit (fit_from)")
+    dw_warp_flops_per_cycle_fp32: float = Field(
+        gt=0, description="achieved FLOPs per warp per clock of the depthwise stencil (layer by layer), fp32 storage")
+    dw_warp_flops_per_cycle_fp16: float = Field(gt=0, description="same, fp16 storage (fp32 arithmetic)")
+    pw_warp_flops_per_cycle_fp32: float = Field(
+        gt=0, description="achieved FLOPs per warp per clock of the layer-by-layer PW/linear kernel, exact fp32")
+    pw_warp_flops_per_cycle_tf32: float = Field(gt=0, description="same, fp32 storage on TF32 tensor cores")
+    pw_warp_flops_per_cycle_fp16: float = Field(gt=0, description="same, fp16 storage on FP16 tensor cores")
+    fused_pw_warp_flops_per_cycle_fp32: float = Field(
+        gt=0, description="achieved FLOPs per warp per clock of the PW stages of fused kernels, exact fp32")
+    fused_pw_warp_flops_per_cycle_tf32: float = Field(gt=0, description="same, TF32 tensor cores")
+    fused_pw_warp_flops_per_cycle_fp16: float = Field(gt=0, description="same, FP16 tensor cores")
+    fused_dw_warp_flops_per_cycle: float = Field(
+        gt=0, description="achieved FLOP-equivalents per warp per clock of the fused kernels' DW stencil (dw_window: "
+        "operands from shared memory, fp32 arithmetic, any storage dtype), per issued FLOP with its shared "
+        "loads counted (cost.fused._dw_issue)")
+    fused_weight_l2_fraction: float = Field(
+        gt=0, le=2, description="L2 read sectors per modelled sector of a fused kernel's per-block copies of its "
+        "packed PW weights (16-byte cp.async.ca), fp32 storage, beyond what the L2 merges of the concurrent "
+        "copies of neighbouring blocks (l2_coalesce_blocks); its DW filters and biases go through L1 and reach "
+        "L2 once (cost/model.py l1_filtered)")
+    fused_weight_l2_fraction_fp16: float = Field(gt=0, le=2, description="the same for fp16 storage")
+    fused_weight_load_fraction: float = Field(
+        gt=0, le=2, description="share of a fused kernel's per-block weight reads (packed PW weights, DW filters, "
+        "biases) that the time model charges its loads, L1 hits included (kept by calibrate --from-results)")
+    block_warp_exponent: float = Field(
+        gt=0, le=1, description="a block of w warps of the layer-by-layer kernels computes at w ** exponent times "
+        "one warp's rate (its warps share shared-memory bandwidth and barriers)")
+    fused_block_warp_exponent: float = Field(gt=0, le=1, description="same for the fused kernels")
+    warp_load_bytes_per_cycle: float = Field(
+        gt=0, description="bytes per clock one warp of fuseplanner's kernels loads from L2/DRAM (bytes in flight "
+        "over latency): a block's reads take at least its bytes / (warps ** exponent x this x clock)")
+    coresident_exponent: float = Field(
+        ge=0, le=1, description="a block's serial chain (loads, waits, own compute) takes (resident blocks per SM) "
+        "** this times as long as alone: co-resident blocks share the SM's issue slots and shared-memory "
+        "bandwidth (0: no slowdown)")
+    fused_sm_issue_warps: float = Field(
+        ge=0, description="an SM runs the issued work of its resident fused-kernel blocks at most at this many "
+        "warps' rate (the fused warp rates x this) (0: no cap)")
+    fused_shared_load_weight: float = Field(
+        ge=0, description="FMA-equivalents (exact fp32) or mma-equivalents (tensor cores) that the fused kernels' "
+        "issued work charges per shared-memory operand load of a GEMM unit or DW stencil item (a float4, an ldmatrix)")
+    fused_epilogue_weight: float = Field(
+        ge=0, description="FMA-equivalents that the fused kernels' issued work charges per element of their staged "
+        "epilogue (cost.fused.epilogue_issue), at the fused DW stencil's warp rate")
+    fused_window_epilogue_weight: float = Field(
+        ge=0, description="FMA-equivalents that the pw_dw and pw_dw_pw kernels' issued work charges per element "
+        "their expansion GEMM stores into the staged window (cost.fused.window_epilogue_issue)")
+    pw_shared_load_weight: float = Field(
+        ge=0, description="FMA-equivalents that the layer-by-layer pw/linear kernel's exact-fp32 path charges per "
+        "shared-memory operand load of its register block (0: useful FLOPs, term off for that path)")
+    pw_mma_load_weight: float = Field(
+        ge=0, description="mma-equivalents that the layer-by-layer pw/linear kernel's tensor-core path charges per "
+        "fragment load (an ldmatrix) of its warp's mma tiles (0: term off for that path)")
+    sm_issue_warps: float = Field(
+        ge=0, description="an SM runs the work of its resident layer-by-layer pw/linear blocks at most at this many "
+        "warps' rate, as fused_sm_issue_warps does for the fused kernels (0: no cap)")
+    kernel_fixed_s: float = Field(
+        ge=0, description="seconds one launch of the layer-by-layer kernels takes beyond the empty-launch floor "
+        "(launch_overhead_s) whatever its work: first touches after the L2 flush, prologue and tail")
+    fused_kernel_fixed_s: float = Field(
+        ge=0, description="same for the fused kernels (their prologue fills the cp.async ring and stages weights)")
+    launch_overlap_s: float = Field(
+        ge=0, description="seconds each launch after the first of back-to-back launches takes less than it does "
+        "alone (Cost.overlapped)")
+    fuse_min_speedup: float = Field(
+        ge=1.0, description="the planner fuses a group for time only when its predicted unfused/fused time ratio "
+        "reaches this (1: any predicted gain); fitted to measured decisions")
+    sources: dict[str, str] = Field(default_factory=dict, description="a note per value: how it was fitted")
+
+    def lent(self) -> KernelFit:
+        """This fit as another GPU borrows it: marked borrowed, fusing at any predicted gain."""
+        return self.model_copy(update={"borrowed": True, THRESHOLD_FIELD: 1.0})
+
+    def values(self) -> dict[str, float]:
+        """The fitted parameters by name (no provenance)."""
+        return {k: float(getattr(self, k)) for k in PARAMS}
+
+
+#: Names of the fitted parameters, in schema order.
+PARAMS: tuple[str, ...] = tuple(k for k in KernelFit.model_fields if k not in META_FIELDS)
