@@ -51,8 +51,12 @@ MOVES: dict[str, str] = {
     "onnx_ops": "frontend.ops",
     "epilogues": "frontend.epilogues",
     "zoo": "frontend.zoo",
+    "fold": "frontend.fold",
+    "rebatch": "frontend.rebatch",
+    "shape_errors": "frontend.shape_errors",
     # hw: GPU descriptions
     "specs": "hw.spec",
+    "kernel_fit": "hw.kernel_fit",
     # kernels: what each kernel accepts (tiles, registers) beside its launchers
     "tiles": "kernels.tiles",
     "registers": "kernels.registers",
@@ -63,6 +67,7 @@ MOVES: dict[str, str] = {
     "planner": "planning.search",
     "plans": "planning.result",
     "export": "planning.export",
+    "fused_function": "planning.fused_function",
     # validation: run on the GPU, time, count, compare, fit
     "validate": "validation.validate",
     "measure": "validation.timing",
