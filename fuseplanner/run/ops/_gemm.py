@@ -7,7 +7,8 @@ included: a stride of 0 reads the same matrix for every batch entry), float32 or
 float32 accumulation, contiguous output. Shapes and strides are compile-time constants: one compiled
 kernel per distinct (shapes, strides, dtypes), cached.
 
-Tiling: 64 x 64 outputs per 256-thread block, 16-deep K slices staged in shared memory as float32; each
+Tiling: 64 x 64 outputs per 256-thread block (split over K into partial sums, added by a second kernel,
+when there are too few output tiles to fill the GPU and K is long), 16-deep K slices staged in shared memory as float32; each
 thread accumulates a 4 x 4 sub-tile. Operand tiles are read with the unit-stride dimension fastest
 across threads when there is one (coalesced for row- and column-major operands alike). Matrix-vector
 products (one output column or row: squeeze-and-excitation 1x1 convs over a 1x1 map, classifiers at
@@ -38,15 +39,17 @@ __device__ __forceinline__ void st(unsigned short* p, long long i, float v) {
 }
 
 extern "C" __global__ void __launch_bounds__(256) fp_gemm(const TA* __restrict__ A, const TB* __restrict__ B,
-                                                          TC* __restrict__ C) {
+                                                          TC* __restrict__ C, float* __restrict__ W) {
     __shared__ float As[16][64 + 1];
     __shared__ float Bs[16][64 + 1];
-    long long r = blockIdx.z, oa = 0, ob = 0;
+    const int split = blockIdx.z % KSPLIT;
+    long long r = blockIdx.z / KSPLIT, oa = 0, ob = 0;
     { long long i = r % BD3; r /= BD3; oa += i * SA3; ob += i * SB3; }
     { long long i = r % BD2; r /= BD2; oa += i * SA2; ob += i * SB2; }
     { long long i = r % BD1; r /= BD1; oa += i * SA1; ob += i * SB1; }
     oa += r * SA0; ob += r * SB0;
-    const long long oc = (long long)blockIdx.z * GM * GN;
+    const long long oc = (long long)(blockIdx.z / KSPLIT) * GM * GN;
+    const int k_begin = split * KCHUNK, k_end = min(GK, k_begin + KCHUNK);
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
     const int m0 = blockIdx.y * 64, n0 = blockIdx.x * 64;
     float acc[4][4];
@@ -54,14 +57,14 @@ extern "C" __global__ void __launch_bounds__(256) fp_gemm(const TA* __restrict__
     for (int i = 0; i < 4; ++i)
         #pragma unroll
         for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
-    for (int k0 = 0; k0 < GK; k0 += 16) {
+    for (int k0 = k_begin; k0 < k_end; k0 += 16) {
         for (int t = threadIdx.x; t < 1024; t += 256) {
             const int kk = A_KFAST ? t % 16 : t / 64, mm = A_KFAST ? t / 16 : t % 64;
             const int gm = m0 + mm, gk = k0 + kk;
-            As[kk][mm] = (gm < GM && gk < GK) ? ld(A, oa + (long long)gm * SAM + (long long)gk * SAK) : 0.f;
+            As[kk][mm] = (gm < GM && gk < k_end) ? ld(A, oa + (long long)gm * SAM + (long long)gk * SAK) : 0.f;
             const int kb = B_KFAST ? t % 16 : t / 64, nn = B_KFAST ? t / 16 : t % 64;
             const int gn = n0 + nn, gkb = k0 + kb;
-            Bs[kb][nn] = (gn < GN && gkb < GK) ? ld(B, ob + (long long)gkb * SBK + (long long)gn * SBN) : 0.f;
+            Bs[kb][nn] = (gn < GN && gkb < k_end) ? ld(B, ob + (long long)gkb * SBK + (long long)gn * SBN) : 0.f;
         }
         __syncthreads();
         #pragma unroll
@@ -82,7 +85,10 @@ extern "C" __global__ void __launch_bounds__(256) fp_gemm(const TA* __restrict__
         #pragma unroll
         for (int j = 0; j < 4; ++j) {
             const int gn = n0 + tx + 16 * j;
-            if (gm < GM && gn < GN) st(C, oc + (long long)gm * GN + gn, acc[i][j]);
+            if (gm < GM && gn < GN) {
+                if (KSPLIT == 1) st(C, oc + (long long)gm * GN + gn, acc[i][j]);
+                else W[(long long)blockIdx.z * GM * GN + (long long)gm * GN + gn] = acc[i][j];
+            }
         }
     }
 }
@@ -168,8 +174,37 @@ def batched_gemm(cp: Any, a: Any, b: Any, out: Any) -> None:
     defines = {"TA": _TYPES[a.dtype], "TB": _TYPES[b.dtype], "TC": _TYPES[out.dtype], "GM": m, "GN": n, "GK": k,
                "SAM": sam, "SAK": sak, "SBK": sbk, "SBN": sbn, "A_KFAST": int(sak == 1 and sam != 1),
                "B_KFAST": int(sbk == 1 and sbn != 1), **_batch_layout(a, b, batch)}
-    grid = ((n + 63) // 64, (m + 63) // 64, blocks)
-    _kernel("fp_gemm", _defines(defines))(grid, (256, 1, 1), (a, b, out))
+    tiles = ((n + 63) // 64) * ((m + 63) // 64) * blocks
+    ksplit, kchunk = k_split(tiles, k)
+    defines.update(KSPLIT=ksplit, KCHUNK=kchunk)
+    grid = ((n + 63) // 64, (m + 63) // 64, blocks * ksplit)
+    work = cp.empty((blocks * ksplit, m, n), dtype=cp.float32) if ksplit > 1 else out
+    _kernel("fp_gemm", _defines(defines))(grid, (256, 1, 1), (a, b, out, work))
+    if ksplit > 1:
+        _split_sum(cp)(work, np.int32(ksplit), np.int64(m * n), out.reshape(blocks * m * n))
+
+
+#: Output tiles (x K splits) that keep every SM busy: about two blocks per SM of a 132-SM GPU.
+_BUSY_BLOCKS = 264
+
+
+def k_split(tiles: int, k: int) -> tuple[int, int]:
+    """(splits, K per split, a multiple of 16) so that `tiles` x splits approaches `_BUSY_BLOCKS`, no split
+    shorter than 64."""
+    want = min(max(_BUSY_BLOCKS // max(tiles, 1), 1), max(k // 64, 1), 16)
+    if want <= 1:
+        return 1, ((k + 15) // 16) * 16
+    chunk = ((-(-k // want) + 15) // 16) * 16
+    return -(-k // chunk), chunk
+
+
+@functools.cache
+def _split_sum(cp: Any):
+    """(work (B, S, E) float32, S, E, out (B * E)): out = the partial sums added over S, in split order,
+    cast to out's dtype."""
+    body = ("const long long b = i / e, k = i % e; float acc = 0.f;"
+            "for (int j = 0; j < s; ++j) acc += w[(b * s + j) * e + k]; y = (T)acc;")
+    return cp.ElementwiseKernel("raw float32 w, int32 s, int64 e", "T y", body, "fuseplanner_split_sum")
 
 
 def _gemv(a: Any, b: Any, out: Any, batch: tuple[int, ...], blocks: int) -> None:
