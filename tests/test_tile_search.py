@@ -55,7 +55,11 @@ def fast(kind, ops, dtype, batch, spec, objective, residual=False, precision="fp
 def test_feasible_candidates_are_the_grid_tiles_check_accepts(group, dtype, spec_name):
     kind, ops = group
     spec = gpu(spec_name)
-    want = [t for t in tiles.candidate_grid(kind, ops) if tiles.check(kind, ops, t, dtype, spec) is None]
+    accepted = [t for t in tiles.candidate_grid(kind, ops) if tiles.check(kind, ops, t, dtype, spec) is None]
+    even = [t for t in accepted if (t.tf * t.th * t.tw) % t.threads == 0]
+    # uneven tiles (threads past the outputs idle) only for the pw/linear kernel and only when no tile is even
+    want = even or (accepted if kind in tiles.UNEVEN_KINDS else [])
+    assert len(even) == len(accepted) or kind in tiles.UNEVEN_KINDS
     got = tiles.feasible_candidates(kind, ops, dtype, spec)
     assert [t for t, _, _ in got] == want == tiles.candidates(kind, ops, dtype, spec)
     for t, smem, regs in got:

@@ -200,7 +200,8 @@ def estimate_op(op: Op, dtype: str, batch: int, gpu: GpuSpec | str, *, precision
     """Cost of an op outside any planned group.
 
     Views (Reshape, Flatten, ...) cost nothing; dense convs and opaque nodes stream their operands
-    once (see `layers`); a dw/pw/linear op costs its fastest feasible candidate tile.
+    once (see `layers`); a dw/pw/linear op costs its fastest feasible candidate tile (`PlanError`
+    naming it when it has none: a layer with a kernel is never free).
     """
     spec = gpu if isinstance(gpu, GpuSpec) else _gpu(gpu)
     if op.op_type in VIEW_OPS:
@@ -212,7 +213,9 @@ def estimate_op(op: Op, dtype: str, batch: int, gpu: GpuSpec | str, *, precision
             c = estimate_ours(op.kind, (op,), t, dtype, batch, spec, "add" in op.epilogue, precision)
             if c.feasible and (best is None or c.time_s < best.time_s):
                 best = c
-        return best or Cost(feasible=False, reason=f"no feasible {op.kind} tile for {op.name} on {spec.name}")
+        if best is None:
+            raise PlanError(f"layer {op.name} ({op.kind}) has no feasible tile on {spec.name} ({dtype}): it cannot be costed")
+        return best
     return stream_cost(op, dtype, batch, spec, precision)
 
 

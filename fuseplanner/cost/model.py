@@ -232,11 +232,14 @@ def issued(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, precision: st
     block's chunks.
     A layer-by-layer pw/linear launch charges its blocks' issued work (`pw.issued_per_block`) when the
     spec's load weight of its math path is set (`pw_shared_load_weight` for exact fp32 on the CUDA cores,
-    `pw_mma_load_weight` for tensor cores); other kinds are returned unchanged."""
+    `pw_mma_load_weight` for tensor cores) or its tile's outputs do not split evenly over its threads
+    (the slots past the tile count); other kinds are returned unchanged."""
     if kind in ("pw", "linear"):
         load_w = hw.pw_load_w[pw_uses_mma(ops[0], tile, dtype, precision)] if any(hw.pw_load_w) else 0.0
-        if load_w <= 0.0:  # both off (the bundled specs): no variant lookup on the planner's search path
-            return w
+        if load_w <= 0.0 and tile.tf * tile.th * tile.tw % tile.threads == 0:
+            return w  # both off (the bundled specs): no variant lookup on the planner's search path
+        # an uneven tile (tiles.UNEVEN_KINDS) always charges its issued work: its idle thread slots
+        # take issue time that its useful FLOPs over all its warps do not show
         return w._replace(mma_issue=w.blocks * pw_issued_per_block(ops[0], tile, dtype, precision, ks, load_w))
     if kind not in tiles.FUSED_KINDS:
         return w
