@@ -155,3 +155,24 @@ def test_tile_parse_reads_what_str_writes_and_rejects_other_text():
     for bad in ("4x8", "4x8/f32/c16", "4x8/f32/c16/t", "a4x8/f32/c16/t256", "4x8/f32/c16/t256/x"):
         with pytest.raises(ValueError, match="expected THxTW/fTF/cTC/tTHREADS"):
             Tile.parse(bad)
+
+
+@SETTINGS
+@given(groups(kinds=("pw", "linear")), st.sampled_from(["fp32", "fp16"]), st.integers(1, 4), st.sampled_from(["fp32", "tf32"]))
+def test_write_floor_bounds_every_tiles_writes(group, dtype, batch, precision):
+    """`best_tile` ranks pw/linear tiles with their writes at `write_floor` first and counts the exact
+    writes only for tiles that may still win: the floor must never exceed a tile's writes."""
+    from fuseplanner.cost.model import context, launched
+
+    kind, ops = group
+    spec = gpu("h100")
+    precision = precision if dtype == "fp32" else "fp32"
+    km = context(kind, tuple(ops), dtype)
+    floor = km.write_floor(batch)
+    if floor is None:
+        return
+    for t in tiles.candidates(kind, ops, dtype, spec)[::7]:
+        lazy, _, _ = launched(kind, tuple(ops), t, dtype, batch, spec, km, False, precision, exact=False)
+        exact, _, _ = launched(kind, tuple(ops), t, dtype, batch, spec, km, False, precision)
+        assert lazy.gma_write == floor <= exact.gma_write
+        assert lazy._replace(gma_write=exact.gma_write) == exact

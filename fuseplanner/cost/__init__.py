@@ -31,7 +31,7 @@ from .model import (
 )
 from .time import blocks_per_sm, kernel_time, mma_rate, warp_rates
 from .traffic import span_union
-from .work import PARAM_BYTES, whole_bytes
+from .work import PARAM_BYTES, Work, whole_bytes
 
 KINDS = tuple(MEMBERS)
 MODELS = ("ours", "paper")
@@ -118,10 +118,10 @@ def best_tile(
     batch = launch_batch(ops, batch)
     ops = tuple(ops)
     km = context(kind, ops, dtype)
+    lazy = km.write_floor(batch) is not None
     hw = gpu.hw
     sms = hw.sm_count
-    mma = mma_rate(dtype, precision, hw)
-    rates = warp_rates(kind, dtype, precision, hw)
+    timing = (kind, ops, dtype, precision, hw, mma_rate(dtype, precision, hw), warp_rates(kind, dtype, precision, hw))
     by_time, by_gma = objective == "time", objective == "gma"
     occupancy: dict[tuple[int, int, int], int] = {}
     best: tuple[float, float, float, float] | None = None
@@ -130,6 +130,7 @@ def best_tile(
     w = depth = ks = None
     gma_by_bps: dict[int, float] = {}  # the L2 bytes of `w` by blocks per SM (co-resident blocks share reads)
     dram_by_bps: dict[int, tuple[float, float]] = {}
+    bounds: list[tuple[tuple[float, float, float, float], int, Work, int, int, int]] = []
     for i, (tile, smem, regs) in enumerate(feasible):
         threads = tile.threads
         key = (smem, threads, regs)
@@ -140,31 +141,58 @@ def best_tile(
             if skipped is None:
                 skipped = i
             continue
-        key = (tile.th, tile.tw, tile.tf, tile.tc, tiles.store_key(kind, tile))
-        if key != shape:  # tiles that differ only in threads (not in how they store) share one Work
+        # tiles that differ only in threads share one Work unless the threads change how they store
+        # (with the writes at their floor, stores do not count yet)
+        key = (tile.th, tile.tw, tile.tf, tile.tc, 0 if lazy else tiles.store_key(kind, tile))
+        if key != shape:
             shape = key
-            w, depth, ks = launched(kind, ops, tile, dtype, batch, gpu, km, residual, precision)
+            w, depth, ks = launched(kind, ops, tile, dtype, batch, gpu, km, residual, precision, exact=not lazy)
             gma_by_bps.clear()
             dram_by_bps.clear()
         gma = gma_by_bps.get(bps)
         if gma is None:
-            wb = coresident(w, bps, ks, hw, kind)
-            gma = gma_by_bps[bps] = whole_bytes(wb.gma_read / 32.0) + whole_bytes(wb.gma_write / 32.0)
-        if by_gma and best is not None and gma > best[0]:
+            gma = gma_by_bps[bps] = _gma(w, bps, ks, hw, kind)
+        if not lazy and by_gma and best is not None and gma > best[0]:
             continue
         dram_rw = dram_by_bps.get(bps)
         if dram_rw is None:
             dram_rw = dram_by_bps[bps] = dram_traffic(w, sms * bps, hw)
-        dram_r, dram_w = dram_rw
-        dram = dram_r + dram_w
-        if not by_time and not by_gma and best is not None and dram > best[0]:
+        if not lazy and not by_time and not by_gma and best is not None and dram_rw[0] + dram_rw[1] > best[0]:
             continue
-        t = kernel_time(issued(kind, ops, tile, dtype, precision, w, ks, hw), dram_r + dram_w, bps, threads, hw, mma, rates,
-                        depth, launch_sms(ks, hw))  # fmt: skip
-        r = (t if by_time else gma if by_gma else dram, t, gma, dram)
-        if best is None or r < best:
+        r = _rank(objective, tile, w, ks, depth, bps, gma, dram_rw, timing)
+        if lazy:
+            bounds.append((r, i, w, bps, depth, ks))
+        elif best is None or r < best:
+            best, best_i = r, i
+    # lazy: every rank above is a lower bound (the writes at their floor; the time, L2 bytes and so
+    # the rank only grow with them). In bound order, a tile whose bound already loses to the best
+    # exact rank so far, and every tile after it, cannot win.
+    bounds.sort(key=lambda b: (b[0], b[1]))
+    for bound, i, w, bps, depth, ks in bounds:
+        if best is not None and (bound, i) > (best, best_i):
+            break
+        tile = feasible[i][0]
+        w = km.stores(w, tile, batch, precision, ks)
+        r = _rank(objective, tile, w, ks, depth, bps, _gma(w, bps, ks, hw, kind), dram_traffic(w, sms * bps, hw), timing)
+        if best is None or (r, i) < (best, best_i):
             best, best_i = r, i
     return best_i, best, skipped
+
+
+def _gma(w: Work, bps: int, ks: int, hw, kind: str) -> float:
+    """L2-level bytes of a launch of `w` with `bps` blocks per SM (`estimate_ours`' gma)."""
+    wb = coresident(w, bps, ks, hw, kind)
+    return whole_bytes(wb.gma_read / 32.0) + whole_bytes(wb.gma_write / 32.0)
+
+
+def _rank(objective: str, tile: Tile, w: Work, ks: int, depth: int, bps: int, gma: float,
+          dram_rw: tuple[float, float], timing: tuple) -> tuple[float, float, float, float]:  # fmt: skip
+    """(metric, time_s, gma_bytes, dram_bytes) of a tile, as `estimate` would give them."""
+    kind, ops, dtype, precision, hw, mma, rates = timing
+    dram = dram_rw[0] + dram_rw[1]
+    t = kernel_time(issued(kind, ops, tile, dtype, precision, w, ks, hw), dram, bps, tile.threads, hw, mma, rates,
+                    depth, launch_sms(ks, hw))  # fmt: skip
+    return (t if objective == "time" else gma if objective == "gma" else dram, t, gma, dram)
 
 
 def _estimate_paper(

@@ -91,7 +91,15 @@ class KernelModel:
         its own channel chunks moved from `gma_read` to `l1_hits`; unchanged by default."""
         return w
 
-    def work(self, tile: Tile, b: int, residual: bool, *, precision: str = "fp32", ks: int = 1) -> Work:
+    def write_floor(self, b: int) -> float | None:
+        """Bytes that `stores` can never take `gma_write` below, whatever the tile (a lower bound for
+        the tile search, `cost.best_tile`), or None where `stores` leaves `gma_write` as it is."""
+        return None
+
+    def work(self, tile: Tile, b: int, residual: bool, *, precision: str = "fp32", ks: int = 1,
+             exact: bool = True) -> Work:  # fmt: skip
+        """The `Work` of `tile` for `b` images; `exact=False`: with `gma_write` at `write_floor`
+        where that is set (the caller applies `stores` later, only to tiles that may still win)."""
         key = (tile.th, tile.tw)
         sp = self._sp.get(key)
         if sp is None:
@@ -100,7 +108,12 @@ class KernelModel:
         ch = self._ch.get(key)
         if ch is None:
             ch = self._ch[key] = self.channel(tile.tf, tile.tc)
-        return self.stores(self.combine(sp, ch, tile, b, residual), tile, b, precision, ks)
+        w = self.combine(sp, ch, tile, b, residual)
+        if not exact:
+            floor = self.write_floor(b)
+            if floor is not None:
+                return w._replace(gma_write=floor)
+        return self.stores(w, tile, b, precision, ks)
 
 
 def cdiv(a: int, b: int) -> int:
