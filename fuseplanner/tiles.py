@@ -597,6 +597,7 @@ def store_key(kind: str, tile: Tile) -> int:
 MAX_ACC = 128
 
 
+@lru_cache(maxsize=8192)
 def fma_group(m: int, n: int, threads: int, resident: bool) -> tuple[int, int, int, int]:
     """(GM, GN, ME, NE): each thread's register micro-tile GM x GN for an m x n exact-fp32 GEMM and
     the covered extents (m, n rounded up to GM, GN). Minimises per-thread FMAs plus shared loads."""
@@ -615,6 +616,7 @@ def fma_group(m: int, n: int, threads: int, resident: bool) -> tuple[int, int, i
     return best[1]
 
 
+@lru_cache(maxsize=8192)
 def mma_group(m: int, n: int, warps: int, resident: bool) -> tuple[int, int, int, int]:
     """(GM, GN, ME, NE): each warp's tile of 16 x 8 mma tiles over an m x n GEMM (m a multiple of 16,
     n of 8). Minimises mma instructions per warp plus fragment loads."""

@@ -158,21 +158,23 @@ def test_tile_parse_reads_what_str_writes_and_rejects_other_text():
 
 
 @SETTINGS
-@given(groups(kinds=("pw", "linear")), st.sampled_from(["fp32", "fp16"]), st.integers(1, 4), st.sampled_from(["fp32", "tf32"]))
-def test_write_floor_bounds_every_tiles_writes(group, dtype, batch, precision):
-    """`best_tile` ranks pw/linear tiles with their writes at `write_floor` first and counts the exact
-    writes only for tiles that may still win: the floor must never exceed a tile's writes."""
+@given(groups(), st.sampled_from(["fp32", "fp16"]), st.integers(1, 4),
+       st.sampled_from(["fp32", "tf32"]), st.booleans())  # fmt: skip
+def test_bounded_work_never_exceeds_the_exact_work(group, dtype, batch, precision, residual):
+    """`best_tile` ranks the tiles of a model with `KernelModel.bounded` first and works out the exact
+    work only for tiles that may still win: the bound's floored request counts must never exceed the
+    exact ones, and every other field must be the exact one."""
     from fuseplanner.cost.model import context, launched
 
     kind, ops = group
     spec = gpu("h100")
     precision = precision if dtype == "fp32" else "fp32"
     km = context(kind, tuple(ops), dtype)
-    floor = km.write_floor(batch)
-    if floor is None:
-        return
+    assert km.BOUNDED
     for t in tiles.candidates(kind, ops, dtype, spec)[::7]:
-        lazy, _, _ = launched(kind, tuple(ops), t, dtype, batch, spec, km, False, precision, exact=False)
-        exact, _, _ = launched(kind, tuple(ops), t, dtype, batch, spec, km, False, precision)
-        assert lazy.gma_write == floor <= exact.gma_write
-        assert lazy._replace(gma_write=exact.gma_write) == exact
+        low, _, _ = launched(kind, tuple(ops), t, dtype, batch, spec, km, residual, precision, exact=False)
+        exact, _, _ = launched(kind, tuple(ops), t, dtype, batch, spec, km, residual, precision)
+        assert low.gma_write <= exact.gma_write and low.gma_read <= exact.gma_read
+        assert low.req_read <= exact.req_read and low.ld_read <= exact.ld_read
+        assert low._replace(gma_write=0, gma_read=0, req_read=0, ld_read=0) == exact._replace(
+            gma_write=0, gma_read=0, req_read=0, ld_read=0)

@@ -118,7 +118,7 @@ def best_tile(
     batch = launch_batch(ops, batch)
     ops = tuple(ops)
     km = context(kind, ops, dtype)
-    lazy = km.write_floor(batch) is not None
+    lazy = km.BOUNDED
     hw = gpu.hw
     sms = hw.sm_count
     timing = (kind, ops, dtype, precision, hw, mma_rate(dtype, precision, hw), warp_rates(kind, dtype, precision, hw))
@@ -142,7 +142,7 @@ def best_tile(
                 skipped = i
             continue
         # tiles that differ only in threads share one Work unless the threads change how they store
-        # (with the writes at their floor, stores do not count yet)
+        # (a bound leaves out the counts that depend on it)
         key = (tile.th, tile.tw, tile.tf, tile.tc, 0 if lazy else tiles.store_key(kind, tile))
         if key != shape:
             shape = key
@@ -164,15 +164,15 @@ def best_tile(
             bounds.append((r, i, w, bps, depth, ks))
         elif best is None or r < best:
             best, best_i = r, i
-    # lazy: every rank above is a lower bound (the writes at their floor; the time, L2 bytes and so
-    # the rank only grow with them). In bound order, a tile whose bound already loses to the best
-    # exact rank so far, and every tile after it, cannot win.
+    # lazy: every rank above is a lower bound (`KernelModel.bounded`: the time, L2 bytes and DRAM
+    # bytes only grow with the counts it floors). In bound order, a tile whose bound already loses to
+    # the best exact rank so far, and every tile after it, cannot win.
     bounds.sort(key=lambda b: (b[0], b[1]))
     for bound, i, w, bps, depth, ks in bounds:
         if best is not None and (bound, i) > (best, best_i):
             break
         tile = feasible[i][0]
-        w = km.stores(w, tile, batch, precision, ks)
+        w, depth, ks = launched(kind, ops, tile, dtype, batch, gpu, km, residual, precision)
         r = _rank(objective, tile, w, ks, depth, bps, _gma(w, bps, ks, hw, kind), dram_traffic(w, sms * bps, hw), timing)
         if best is None or (r, i) < (best, best_i):
             best, best_i = r, i

@@ -191,9 +191,9 @@ def launched(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, batch: int,
              residual: bool, precision: str, exact: bool = True) -> tuple[Work, int, int]:  # fmt: skip
     """(the `Work` of `km` for `tile` as the launch reads and schedules it, chunk loads a block keeps in
     flight, cluster split): the cluster split (`tiles.cluster_split`) worked out once, the work with
-    it (it changes how the pw kernel stores), then `l1_filtered` and `scheduled`. `exact=False`: the
-    writes at the model's `write_floor` (`KernelModel.work`); `km.stores` gives the exact ones later,
-    since nothing after it here reads `gma_write`."""
+    it (it changes how the pw kernel stores), then `l1_filtered` and `scheduled`. `exact=False`: from
+    the model's lower bound (`KernelModel.bounded`) where it has one; every step here is monotone in
+    the bytes it floors."""
     ks = tiles.cluster_split(kind, ops, tile, batch, gpu, dtype)
     w = km.l1_reuse(km.work(tile, batch, residual, precision=precision, ks=ks, exact=exact), tile, ks,
                     gpu.hw.l1_cache, gpu.hw.l1_line)

@@ -105,9 +105,12 @@ class PwModel(KernelModel):
             in_read=32.0 * b * in_r,
         )
 
-    def write_floor(self, b: int) -> float:
-        """The output's bytes: no store pattern writes fewer (a sector request carries at most 32 of them)."""
-        return float(b * self.gs[0].out_elems * self.e)
+    BOUNDED = True
+
+    def bounded(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
+        """`combine` with the writes at the output's bytes: no store pattern writes fewer (a sector
+        request carries at most 32 of them), whatever `stores` counts."""
+        return self.combine(sp, ch, tile, b, residual)._replace(gma_write=float(b * self.gs[0].out_elems * self.e))
 
     def stores(self, w: Work, tile: Tile, b: int, precision: str, ks: int) -> Work:
         """The writes as kernels/pw.cu's store instructions request them (`requests.pw_write_sectors`):
