@@ -105,9 +105,13 @@ def best_tile(
     output (`tiles.store_key`; a launch's traffic and FLOPs depend on th, tw, tf and tc
     otherwise; `feasible` lists them consecutively) and, at equal occupancy, its L2-level bytes
     (co-resident blocks share reads, `model.coresident`) and DRAM traffic.
-    The search is exact; it only skips work that cannot change the result: for the "gma" objective
-    a tile whose L2-level bytes exceed the best so far is not timed, for "dram" one whose DRAM
-    bytes exceed the best so far (its rank is larger whatever its time).
+    The search is exact; it only skips work that cannot change the result. For a kernel model with a
+    lower bound (`KernelModel.bounded`: every kind's, the request counts that take per-instruction
+    simulations at their bytes / 32) it ranks every tile by the bound first, then works out the exact
+    rank in bound order and stops at the first tile whose (bound, index) exceeds the best exact
+    (rank, index) so far: no later tile can beat it, since its rank is at least its bound. Without
+    a bound, for the "gma" objective a tile whose L2-level bytes exceed the best so far is not timed,
+    for "dram" one whose DRAM bytes exceed the best so far (its rank is larger whatever its time).
     """
     if objective not in OBJECTIVES:
         raise PlanError(f"unknown objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
@@ -167,7 +171,7 @@ def best_tile(
     # lazy: every rank above is a lower bound (`KernelModel.bounded`: the time, L2 bytes and DRAM
     # bytes only grow with the counts it floors). In bound order, a tile whose bound already loses to
     # the best exact rank so far, and every tile after it, cannot win.
-    bounds.sort(key=lambda b: (b[0], b[1]))
+    bounds.sort()  # by (bound, index): the indices differ, so the rest is never compared
     for bound, i, w, bps, depth, ks in bounds:
         if best is not None and (bound, i) > (best, best_i):
             break

@@ -26,6 +26,8 @@ fused kernel saves is their write and read, what it pays is recomputation and re
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from .. import tiles
 from ..ir import Tile
 from .dw import dw_weight_sectors, dw_weight_unique, halo
@@ -278,6 +280,7 @@ class PwDwPwModel(FusedModel):
         return w._replace(w_unique=w_u)
 
 
+@lru_cache(maxsize=16384)
 def _gemm_issue(g: tiles.BlockGemm, threads: int, prec: int, load_w: float) -> float:
     """FLOP-equivalents a block of `threads` spends on one block GEMM `g` (kernels/fused_common.cuh) as
     its busiest unit executes it, times the units: a unit (a thread for exact fp32, a warp for tensor
