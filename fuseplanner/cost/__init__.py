@@ -22,16 +22,15 @@ from .model import (
     MEMBERS,
     PRECISIONS,
     context,
-    coresident,
     dram_traffic,
     estimate_ours,
-    issued,
-    launch_sms,
+    launch_gma,
+    launch_time,
     launched,
 )
-from .time import blocks_per_sm, kernel_time, mma_rate, warp_rates
+from .time import blocks_per_sm, mma_rate, warp_rates
 from .traffic import span_union
-from .work import PARAM_BYTES, Work, whole_bytes
+from .work import PARAM_BYTES, Work
 
 KINDS = tuple(MEMBERS)
 MODELS = ("ours", "paper")
@@ -98,9 +97,10 @@ def best_tile(
     which `estimate` reports no block fitting on an SM are skipped. Returns (index of the best tile,
     its rank, index of the first skipped tile), None where there is none.
 
-    The numbers come from the same calls, with the same arguments, as in `model.estimate_ours`:
-    keep the two in step (tests/test_tile_search.py compares this search with a brute-force one over
-    `estimate`, and the planner checks the winner's rank against its `estimate`). Tiles that differ
+    The numbers come from the functions `model.estimate_ours` uses (`launched`, `dram_traffic`,
+    `launch_time`, `launch_gma`) with the same arguments (tests/test_tile_search.py compares this
+    search with a brute-force one over `estimate`, and the planner checks the winner's rank against
+    its `estimate`). Tiles that differ
     only in their thread count share one `Work` unless the threads change how the kernel stores its
     output (`tiles.store_key`; a launch's traffic and FLOPs depend on th, tw, tf and tc
     otherwise; `feasible` lists them consecutively) and, at equal occupancy, its L2-level bytes
@@ -185,17 +185,16 @@ def best_tile(
 
 def _gma(w: Work, bps: int, ks: int, hw, kind: str) -> float:
     """L2-level bytes of a launch of `w` with `bps` blocks per SM (`estimate_ours`' gma)."""
-    wb = coresident(w, bps, ks, hw, kind)
-    return whole_bytes(wb.gma_read / 32.0) + whole_bytes(wb.gma_write / 32.0)
+    r, wr = launch_gma(w, bps, ks, hw, kind)
+    return r + wr
 
 
 def _rank(objective: str, tile: Tile, w: Work, ks: int, depth: int, bps: int, gma: float,
           dram_rw: tuple[float, float], timing: tuple) -> tuple[float, float, float, float]:  # fmt: skip
-    """(metric, time_s, gma_bytes, dram_bytes) of a tile, as `estimate` would give them."""
+    """(metric, time_s, gma_bytes, dram_bytes) of a tile, as `estimate` gives them (`model.launch_time`)."""
     kind, ops, dtype, precision, hw, mma, rates = timing
     dram = dram_rw[0] + dram_rw[1]
-    t = kernel_time(issued(kind, ops, tile, dtype, precision, w, ks, hw), dram, bps, tile.threads, hw, mma, rates,
-                    depth, launch_sms(ks, hw))  # fmt: skip
+    t = launch_time(kind, ops, tile, dtype, precision, w, ks, depth, bps, dram, hw, mma, rates)
     return (t if objective == "time" else gma if objective == "gma" else dram, t, gma, dram)
 
 

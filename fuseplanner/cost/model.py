@@ -306,6 +306,27 @@ def coresident(w: Work, bps: int, ks: int, hw: Hw, kind: str) -> Work:
     return w._replace(gma_read=w.gma_read - saved, l1_hits=w.l1_hits + saved, in_read=w.in_read - saved)
 
 
+def launch_time(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, precision: str, w: Work, ks: int, depth: int,
+                bps: int, dram: float, hw: Hw, mma: float | None = None, rates: tuple | None = None) -> float:  # fmt: skip
+    """Seconds of one launch of `tile` whose `launched` work is `w` with `bps` blocks per SM and
+    `dram` DRAM bytes: the issued work (`issued`) at `time.kernel_time` (`mma`, `rates`: the
+    `time.mma_rate` and `time.warp_rates` of the kind, worked out here when not given). The one
+    timing path of `estimate_ours` and the planner's search (`cost.best_tile`)."""
+    if mma is None:
+        mma = mma_rate(dtype, precision, hw)
+    if rates is None:
+        rates = warp_rates(kind, dtype, precision, hw)
+    return kernel_time(issued(kind, ops, tile, dtype, precision, w, ks, hw), dram, bps, tile.threads, hw, mma, rates,
+                       depth, launch_sms(ks, hw))  # fmt: skip
+
+
+def launch_gma(w: Work, bps: int, ks: int, hw: Hw, kind: str) -> tuple[float, float]:
+    """(read, write) L2-level bytes of a launch of `w` with `bps` blocks per SM: `coresident`, in whole
+    sectors (row-phase averages rounded up)."""
+    wb = coresident(w, bps, ks, hw, kind)
+    return whole_bytes(wb.gma_read / 32.0), whole_bytes(wb.gma_write / 32.0)
+
+
 def estimate_ours(
     kind: str, ops: Sequence[Op], tile: Tile, dtype: str, batch: int, gpu: GpuSpec, residual: bool, precision: str
 ) -> Cost:
@@ -325,19 +346,17 @@ def estimate_ours(
     if bps < 1:
         return Cost(feasible=False, reason=f"{kind} {tile}: no block fits on an SM ({limiter})")
     w, depth, ks = launched(kind, ops, tile, dtype, batch, gpu, km, residual, precision)
-    w = issued(kind, ops, tile, dtype, precision, coresident(w, bps, ks, hw, kind), ks, hw)
     conc = hw.sm_count * bps
     dram_r, dram_w = dram_traffic(w, conc, hw)
-    rates = warp_rates(kind, dtype, precision, hw)
-    t = kernel_time(w, dram_r + dram_w, bps, tile.threads, hw, mma_rate(dtype, precision, hw), rates, depth,
-                    launch_sms(ks, hw))  # fmt: skip
+    t = launch_time(kind, ops, tile, dtype, precision, w, ks, depth, bps, dram_r + dram_w, hw)
+    gma_r, gma_w = launch_gma(w, bps, ks, hw, kind)
     res = KernelResources(
         kind=kind, smem_bytes=smem, threads=tile.threads, regs_per_thread=regs, blocks=w.blocks,
         blocks_per_sm=bps, waves=w.blocks / conc, occupancy=bps * tile.threads / hw.max_threads_per_sm,
     )  # fmt: skip
     return Cost(
-        gma_read_bytes=whole_bytes(w.gma_read / 32.0),  # row-phase averages -> whole sectors
-        gma_write_bytes=whole_bytes(w.gma_write / 32.0),
+        gma_read_bytes=gma_r,
+        gma_write_bytes=gma_w,
         dram_read_bytes=dram_r,
         dram_write_bytes=dram_w,
         flops=w.useful_flops,
