@@ -204,7 +204,7 @@ def test_pw_every_cluster_split(kind, ks, dtype, precision, monkeypatch):
 
 
 SQUEEZE_EXCITE = [  # (c_in, c_out, batch): 1x1 maps with fewer outputs than a 64-thread block
-    (32, 8, 1), (8, 32, 2), (96, 4, 3), (1152, 48, 1), (1152, 48, 4), (20, 40, 2),
+    (32, 8, 1), (8, 32, 2), (96, 4, 3), (1152, 48, 1), (1152, 48, 4), (20, 40, 2), (40, 40, 2),
 ]
 
 
