@@ -194,11 +194,14 @@ class TileSearch:
 
     def layer(self, op: Op, residual: bool = False) -> Choice:
         """The best way to run one op on its own (`residual`: its kernel also applies the residual Add
-        after it)."""
+        after it; None for the tile when no tile does). An op of a tiled kind that no tile runs cannot
+        be costed: `PlanError` naming it (never a free layer)."""
         if op.kind in TILED_KINDS:
             ch = self.best(op.kind, (op,), residual or "add" in op.epilogue)
-            if ch.feasible:
+            if ch.feasible or residual:
                 return ch
+            raise PlanError(f"layer {op.name} ({op.kind} {op.in_shape} -> {op.out_shape}) has no kernel that runs "
+                            f"it on {self.gpu.name} ({self.dtype}): {ch.reason}")
         key = ("op", _signature(op))
         hit = self.cache.get(key)
         if hit is None:

@@ -84,6 +84,12 @@ PW_PPAD = 4
 LBL_SPLIT_MIN_CHANNELS = 256
 
 LBL_KINDS = ("dw", "pw", "linear")
+#: Kinds whose kernel runs tiles whose outputs do not split evenly over the threads (kernels/pw.cu:
+#: the FLAT path leaves the threads past the tile's outputs idle; the register blocks and mma warps
+#: cover a tile's edges as they do for any tile). The planner
+#: searches such "uneven" tiles only for a layer with no even one (`feasible_candidates`): a
+#: squeeze-excite 1x1 conv over a 1x1 map has fewer outputs (e.g. 8 or 32) than a 64-thread block.
+UNEVEN_KINDS = ("pw", "linear")
 
 
 def _last(ops: Sequence[Op]) -> Op:
@@ -391,7 +397,7 @@ def check(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, gpu) -> str | No
     if tile.threads % 32:
         return f"{tile.threads} threads is not a whole number of warps"
     work = tile.tf * tile.th * tile.tw
-    if work % tile.threads:
+    if work % tile.threads and kind not in UNEVEN_KINDS:
         return f"{work} outputs per block do not split evenly over {tile.threads} threads"
     if kind in FUSED_KINDS and (why := fused_shape_reason(kind, ops)):
         return why
@@ -449,8 +455,10 @@ def candidates(kind: str, ops: Sequence[Op], dtype: str, gpu) -> list[Tile]:
     """The candidate tiles the planner searches for a kernel of `kind` over `ops`, feasible ones only.
 
     Spatial sizes are powers of two plus divisors of the output map (e.g. 7, 14, 28) and the whole
-    map when small; filter tiles include all filters; channel chunks 8..64. Exactly the tiles of
-    `candidate_grid` that `check` accepts, in the same order.
+    map when small; filter tiles include all filters; channel chunks 8..64. The tiles of
+    `candidate_grid` that `check` accepts and whose threads split their outputs evenly, in the same
+    order; where there is none, for a kind in UNEVEN_KINDS, the uneven tiles `check` accepts (threads
+    past the outputs idle) instead.
     """
     return [t for t, _, _ in feasible_candidates(kind, ops, dtype, gpu)]
 
@@ -463,11 +471,19 @@ def feasible_candidates(kind: str, ops: Sequence[Op], dtype: str, gpu) -> list[t
     ones (output map and channels, fused shape rules) once per group, shared memory (which does not
     depend on the thread count) once per (th, tw, tf, tc), the rest per tile.
     """
+    if kind in FUSED_KINDS and fused_shape_reason(kind, ops):
+        return []
+    out = _feasible(kind, ops, dtype, gpu, even=True)
+    if not out and kind in UNEVEN_KINDS:
+        out = _feasible(kind, ops, dtype, gpu, even=False)
+    return out
+
+
+def _feasible(kind: str, ops: Sequence[Op], dtype: str, gpu, even: bool) -> list[tuple[Tile, int, int]]:
+    """`feasible_candidates` of the even tiles (the threads divide the outputs) or the uneven ones."""
     ths, tws, tfs, tcs = _grid_sizes(kind, ops)
     ho, wo = _last(ops).hw_out
     cout = out_channels(kind, ops)
-    if kind in FUSED_KINDS and fused_shape_reason(kind, ops):
-        return []
     max_threads, smem_limit, regs_sm = gpu.max_threads_per_block, gpu.smem_per_block_bytes, gpu.regs_per_sm
     threads_ok = [n for n in THREADS if n >= 1 and n <= max_threads and n % 32 == 0]
     dw = kind == "dw"
@@ -484,7 +500,7 @@ def feasible_candidates(kind: str, ops: Sequence[Op], dtype: str, gpu) -> list[t
                 if tf < 1 or tf > cout:
                     continue
                 work = tf * th * tw
-                fits = [n for n in threads_ok if work % n == 0]
+                fits = [n for n in threads_ok if (work % n == 0) == even]
                 if not fits:
                     continue
                 for tc in ([tf] if dw else tcs):
@@ -581,6 +597,7 @@ def store_key(kind: str, tile: Tile) -> int:
 MAX_ACC = 128
 
 
+@lru_cache(maxsize=8192)
 def fma_group(m: int, n: int, threads: int, resident: bool) -> tuple[int, int, int, int]:
     """(GM, GN, ME, NE): each thread's register micro-tile GM x GN for an m x n exact-fp32 GEMM and
     the covered extents (m, n rounded up to GM, GN). Minimises per-thread FMAs plus shared loads."""
@@ -599,6 +616,7 @@ def fma_group(m: int, n: int, threads: int, resident: bool) -> tuple[int, int, i
     return best[1]
 
 
+@lru_cache(maxsize=8192)
 def mma_group(m: int, n: int, warps: int, resident: bool) -> tuple[int, int, int, int]:
     """(GM, GN, ME, NE): each warp's tile of 16 x 8 mma tiles over an m x n GEMM (m a multiple of 16,
     n of 8). Minimises mma instructions per warp plus fragment loads."""

@@ -13,7 +13,7 @@
 //
 // Math paths (USE_TC): 0 = exact fp32 FMA with a register block of RF filters x RP pixels per
 // thread (A_THR threads along filters, THREADS / A_THR along pixels, the last of a thread's RP pixels
-// possibly past the tile; or FLAT = 1: outputs tid + r*THREADS). Its shared-memory loads (fp32 only,
+// possibly past the tile; or FLAT = 1: outputs tid + r*THREADS, those past TF * P idle). Its shared-memory loads (fp32 only,
 // lbl.pw_variant): KVEC = 4 reads a filter's weights 4 channels at a time (one float4 per filter per 4
 // channels); PVEC = 2 or 4 gives each thread runs of PVEC neighbouring pixels, read and (where the
 // output rows allow) stored PVEC at a time, the runs of a warp's threads side by side (slot j of thread
@@ -258,7 +258,10 @@ pw_kernel(const T* __restrict__ x, const T* __restrict__ w, const float* __restr
 
 #if USE_TC == 0
 #if FLAT
-    constexpr int R = TF * P / THREADS;
+    // R outputs per thread; a tile whose outputs do not split evenly (tiles.UNEVEN_KINDS: fewer outputs
+    // than threads over a 1x1 squeeze-excite map) leaves the threads past its TF * P outputs idle
+    constexpr int R = (TF * P + THREADS - 1) / THREADS;
+    constexpr bool EVEN = TF * P % THREADS == 0;
     float acc[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] = 0.f;
@@ -336,6 +339,7 @@ pw_kernel(const T* __restrict__ x, const T* __restrict__ w, const float* __restr
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 const int o = tid + r * THREADS;
+                if (!EVEN && o >= TF * P) break;
                 acc[r] = fmaf(lds_f(ws + (o / P) * WLD + k), lds_f(&XS_AT(xs, k, o % P)), acc[r]);
             }
         }
@@ -436,6 +440,7 @@ pw_kernel(const T* __restrict__ x, const T* __restrict__ w, const float* __restr
 #pragma unroll
     for (int r = 0; r < R; ++r) {
         const int o = tid + r * THREADS;
+        if (!EVEN && o >= TF * P) break;
         EMIT(o / P, o % P, acc[r]);
     }
 #else

@@ -22,16 +22,15 @@ from .model import (
     MEMBERS,
     PRECISIONS,
     context,
-    coresident,
     dram_traffic,
     estimate_ours,
-    issued,
-    launch_sms,
+    launch_gma,
+    launch_time,
     launched,
 )
-from .time import blocks_per_sm, kernel_time, mma_rate, warp_rates
+from .time import blocks_per_sm, mma_rate, warp_rates
 from .traffic import span_union
-from .work import PARAM_BYTES, whole_bytes
+from .work import PARAM_BYTES, Work
 
 KINDS = tuple(MEMBERS)
 MODELS = ("ours", "paper")
@@ -98,16 +97,21 @@ def best_tile(
     which `estimate` reports no block fitting on an SM are skipped. Returns (index of the best tile,
     its rank, index of the first skipped tile), None where there is none.
 
-    The numbers come from the same calls, with the same arguments, as in `model.estimate_ours`:
-    keep the two in step (tests/test_tile_search.py compares this search with a brute-force one over
-    `estimate`, and the planner checks the winner's rank against its `estimate`). Tiles that differ
+    The numbers come from the functions `model.estimate_ours` uses (`launched`, `dram_traffic`,
+    `launch_time`, `launch_gma`) with the same arguments (tests/test_tile_search.py compares this
+    search with a brute-force one over `estimate`, and the planner checks the winner's rank against
+    its `estimate`). Tiles that differ
     only in their thread count share one `Work` unless the threads change how the kernel stores its
     output (`tiles.store_key`; a launch's traffic and FLOPs depend on th, tw, tf and tc
     otherwise; `feasible` lists them consecutively) and, at equal occupancy, its L2-level bytes
     (co-resident blocks share reads, `model.coresident`) and DRAM traffic.
-    The search is exact; it only skips work that cannot change the result: for the "gma" objective
-    a tile whose L2-level bytes exceed the best so far is not timed, for "dram" one whose DRAM
-    bytes exceed the best so far (its rank is larger whatever its time).
+    The search is exact; it only skips work that cannot change the result. For a kernel model with a
+    lower bound (`KernelModel.bounded`: every kind's, the request counts that take per-instruction
+    simulations at their bytes / 32) it ranks every tile by the bound first, then works out the exact
+    rank in bound order and stops at the first tile whose (bound, index) exceeds the best exact
+    (rank, index) so far: no later tile can beat it, since its rank is at least its bound. Without
+    a bound, for the "gma" objective a tile whose L2-level bytes exceed the best so far is not timed,
+    for "dram" one whose DRAM bytes exceed the best so far (its rank is larger whatever its time).
     """
     if objective not in OBJECTIVES:
         raise PlanError(f"unknown objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
@@ -118,10 +122,10 @@ def best_tile(
     batch = launch_batch(ops, batch)
     ops = tuple(ops)
     km = context(kind, ops, dtype)
+    lazy = km.BOUNDED
     hw = gpu.hw
     sms = hw.sm_count
-    mma = mma_rate(dtype, precision, hw)
-    rates = warp_rates(kind, dtype, precision, hw)
+    timing = (kind, ops, dtype, precision, hw, mma_rate(dtype, precision, hw), warp_rates(kind, dtype, precision, hw))
     by_time, by_gma = objective == "time", objective == "gma"
     occupancy: dict[tuple[int, int, int], int] = {}
     best: tuple[float, float, float, float] | None = None
@@ -130,6 +134,7 @@ def best_tile(
     w = depth = ks = None
     gma_by_bps: dict[int, float] = {}  # the L2 bytes of `w` by blocks per SM (co-resident blocks share reads)
     dram_by_bps: dict[int, tuple[float, float]] = {}
+    bounds: list[tuple[tuple[float, float, float, float], int, Work, int, int, int]] = []
     for i, (tile, smem, regs) in enumerate(feasible):
         threads = tile.threads
         key = (smem, threads, regs)
@@ -140,31 +145,57 @@ def best_tile(
             if skipped is None:
                 skipped = i
             continue
-        key = (tile.th, tile.tw, tile.tf, tile.tc, tiles.store_key(kind, tile))
-        if key != shape:  # tiles that differ only in threads (not in how they store) share one Work
+        # tiles that differ only in threads share one Work unless the threads change how they store
+        # (a bound leaves out the counts that depend on it)
+        key = (tile.th, tile.tw, tile.tf, tile.tc, 0 if lazy else tiles.store_key(kind, tile))
+        if key != shape:
             shape = key
-            w, depth, ks = launched(kind, ops, tile, dtype, batch, gpu, km, residual, precision)
+            w, depth, ks = launched(kind, ops, tile, dtype, batch, gpu, km, residual, precision, exact=not lazy)
             gma_by_bps.clear()
             dram_by_bps.clear()
         gma = gma_by_bps.get(bps)
         if gma is None:
-            wb = coresident(w, bps, ks, hw, kind)
-            gma = gma_by_bps[bps] = whole_bytes(wb.gma_read / 32.0) + whole_bytes(wb.gma_write / 32.0)
-        if by_gma and best is not None and gma > best[0]:
+            gma = gma_by_bps[bps] = _gma(w, bps, ks, hw, kind)
+        if not lazy and by_gma and best is not None and gma > best[0]:
             continue
         dram_rw = dram_by_bps.get(bps)
         if dram_rw is None:
             dram_rw = dram_by_bps[bps] = dram_traffic(w, sms * bps, hw)
-        dram_r, dram_w = dram_rw
-        dram = dram_r + dram_w
-        if not by_time and not by_gma and best is not None and dram > best[0]:
+        if not lazy and not by_time and not by_gma and best is not None and dram_rw[0] + dram_rw[1] > best[0]:
             continue
-        t = kernel_time(issued(kind, ops, tile, dtype, precision, w, ks, hw), dram_r + dram_w, bps, threads, hw, mma, rates,
-                        depth, launch_sms(ks, hw))  # fmt: skip
-        r = (t if by_time else gma if by_gma else dram, t, gma, dram)
-        if best is None or r < best:
+        r = _rank(objective, tile, w, ks, depth, bps, gma, dram_rw, timing)
+        if lazy:
+            bounds.append((r, i, w, bps, depth, ks))
+        elif best is None or r < best:
+            best, best_i = r, i
+    # lazy: every rank above is a lower bound (`KernelModel.bounded`: the time, L2 bytes and DRAM
+    # bytes only grow with the counts it floors). In bound order, a tile whose bound already loses to
+    # the best exact rank so far, and every tile after it, cannot win.
+    bounds.sort()  # by (bound, index): the indices differ, so the rest is never compared
+    for bound, i, w, bps, depth, ks in bounds:
+        if best is not None and (bound, i) > (best, best_i):
+            break
+        tile = feasible[i][0]
+        w, depth, ks = launched(kind, ops, tile, dtype, batch, gpu, km, residual, precision)
+        r = _rank(objective, tile, w, ks, depth, bps, _gma(w, bps, ks, hw, kind), dram_traffic(w, sms * bps, hw), timing)
+        if best is None or (r, i) < (best, best_i):
             best, best_i = r, i
     return best_i, best, skipped
+
+
+def _gma(w: Work, bps: int, ks: int, hw, kind: str) -> float:
+    """L2-level bytes of a launch of `w` with `bps` blocks per SM (`estimate_ours`' gma)."""
+    r, wr = launch_gma(w, bps, ks, hw, kind)
+    return r + wr
+
+
+def _rank(objective: str, tile: Tile, w: Work, ks: int, depth: int, bps: int, gma: float,
+          dram_rw: tuple[float, float], timing: tuple) -> tuple[float, float, float, float]:  # fmt: skip
+    """(metric, time_s, gma_bytes, dram_bytes) of a tile, as `estimate` gives them (`model.launch_time`)."""
+    kind, ops, dtype, precision, hw, mma, rates = timing
+    dram = dram_rw[0] + dram_rw[1]
+    t = launch_time(kind, ops, tile, dtype, precision, w, ks, depth, bps, dram, hw, mma, rates)
+    return (t if objective == "time" else gma if objective == "gma" else dram, t, gma, dram)
 
 
 def _estimate_paper(
@@ -200,7 +231,8 @@ def estimate_op(op: Op, dtype: str, batch: int, gpu: GpuSpec | str, *, precision
     """Cost of an op outside any planned group.
 
     Views (Reshape, Flatten, ...) cost nothing; dense convs and opaque nodes stream their operands
-    once (see `layers`); a dw/pw/linear op costs its fastest feasible candidate tile.
+    once (see `layers`); a dw/pw/linear op costs its fastest feasible candidate tile (`PlanError`
+    naming it when it has none: a layer with a kernel is never free).
     """
     spec = gpu if isinstance(gpu, GpuSpec) else _gpu(gpu)
     if op.op_type in VIEW_OPS:
@@ -212,7 +244,9 @@ def estimate_op(op: Op, dtype: str, batch: int, gpu: GpuSpec | str, *, precision
             c = estimate_ours(op.kind, (op,), t, dtype, batch, spec, "add" in op.epilogue, precision)
             if c.feasible and (best is None or c.time_s < best.time_s):
                 best = c
-        return best or Cost(feasible=False, reason=f"no feasible {op.kind} tile for {op.name} on {spec.name}")
+        if best is None:
+            raise PlanError(f"layer {op.name} ({op.kind}) has no feasible tile on {spec.name} ({dtype}): it cannot be costed")
+        return best
     return stream_cost(op, dtype, batch, spec, precision)
 
 

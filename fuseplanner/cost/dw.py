@@ -13,7 +13,7 @@ from .. import tiles
 from ..ir import Tile
 from .requests import tile_write_sectors, window_load_sectors
 from .shapes import Geom
-from .traffic import sectors
+from .traffic import sectors, span_union
 from .work import (
     PARAM_BYTES,
     KernelModel,
@@ -70,19 +70,34 @@ class DwModel(KernelModel):
         g = self.gs[0]
         return cdiv(g.co, tf), input_planes(g, tf), dw_weight_sectors(g, tf)
 
+    BOUNDED = True
+
     def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
+        return self._combine(sp, ch, tile, b, residual, False)
+
+    def bounded(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
+        """`combine` with the window copies' read sectors (multiplier 1) at the bytes of the input the
+        windows cover and the write sectors at the output's bytes: a sector request carries at most
+        32 of them, and every such byte is read or written at least once."""
+        return self._combine(sp, ch, tile, b, residual, True)
+
+    def _combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool, floor: bool) -> Work:
         g, e = self.gs[0], self.e
         nsp, in_plane, in_req, in_uniq, out_plane = sp
         nf, planes, w_sec = ch
         out = g.co * out_plane
         out_u = tensor_bytes(b * g.out_elems, e)
-        v = tiles.output_rows_per_item("dw", tile)
         read, hits = planes * in_plane, planes * (in_req - in_plane)
         if g.co == g.c:  # the kernel's mapping (channel multiplier 1): its window copies, instruction by instruction
-            read, hits = self.window_reads(tile), 0.0
+            read, hits = (self.covered(tile) if floor else self.window_reads(tile)), 0.0
+        if floor:
+            written = g.out_elems * e / 32.0
+        else:
+            v = tiles.output_rows_per_item("dw", tile)
+            written = tile_write_sectors(g.co, g.ho, g.wo, e, tile.tf, tile.th, tile.tw, v)
         return Work(
             gma_read=32.0 * b * (read + nsp * w_sec + (out if residual else 0.0)),
-            gma_write=32.0 * b * tile_write_sectors(g.co, g.ho, g.wo, e, tile.tf, tile.th, tile.tw, v),
+            gma_write=32.0 * b * written,
             in_unique=whole_bytes(b * g.c * in_uniq),
             w_unique=self.w_unique,
             res_unique=out_u if residual else 0.0,
@@ -99,6 +114,14 @@ class DwModel(KernelModel):
             l1_hits=32.0 * b * hits,
             w_read=32.0 * b * nsp * w_sec,
         )
+
+    def covered(self, tile: Tile) -> float:
+        """One image's input bytes that the tile's halo windows cover, in sectors (32 bytes each)."""
+        g, e = self.gs[0], self.e
+        hh, ww = halo(g, tile.th, tile.tw)
+        rows = span_union(g.h, g.pt, hh, tile.th * g.sh, cdiv(g.ho, tile.th))
+        cols = span_union(g.w, g.pl, ww, tile.tw * g.sw, cdiv(g.wo, tile.tw))
+        return g.c * rows * cols * e / 32.0
 
     def window_reads(self, tile: Tile) -> float:
         """Read sectors of one image's input as kernels/dw.cu stages the halo windows

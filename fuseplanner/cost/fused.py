@@ -26,6 +26,8 @@ fused kernel saves is their write and read, what it pays is recomputation and re
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from .. import tiles
 from ..ir import Tile
 from .dw import dw_weight_sectors, dw_weight_unique, halo
@@ -71,17 +73,30 @@ class FusedModel(KernelModel):
     """Shared assembly of a fused kernel's `Work`."""
 
     res_is_input = False
+    BOUNDED = True
 
     def setup(self) -> None:
         self.first, self.last = self.gs[0], self.gs[-1]
         self.w_unique = sum(dw_weight_unique(g) if g.depthwise else pw_weight_unique(g, PARAM_BYTES) for g in self.gs)
         self.useful = 2.0 * sum(g.macs for g in self.gs)
+        self._floored = False
+
+    def bounded(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
+        """`combine` with the output's write sectors at its bytes / 32 (`written`): a sector request
+        carries at most 32 of them, and every output byte is written."""
+        self._floored = True
+        try:
+            return self.combine(sp, ch, tile, b, residual)
+        finally:
+            self._floored = False
 
     def written(self, tile: Tile, v: int = 1) -> float:
         """Write sectors of one image's output as the kernel stores it item by item from its tile, `v`
         rows per item (`requests.tile_write_sectors`; a token-major output is one plane of tokens x
-        channels)."""
+        channels); inside `bounded`, the floor."""
         g = self.last
+        if self._floored:
+            return g.out_elems * self.e / 32.0
         if g.tokens_major:
             return tile_write_sectors(1, g.ho, g.co, self.e, 1, tile.th, tile.tf, 1)
         return tile_write_sectors(g.co, g.ho, g.wo, self.e, tile.tf, tile.th, tile.tw, v)
@@ -265,6 +280,7 @@ class PwDwPwModel(FusedModel):
         return w._replace(w_unique=w_u)
 
 
+@lru_cache(maxsize=16384)
 def _gemm_issue(g: tiles.BlockGemm, threads: int, prec: int, load_w: float) -> float:
     """FLOP-equivalents a block of `threads` spends on one block GEMM `g` (kernels/fused_common.cuh) as
     its busiest unit executes it, times the units: a unit (a thread for exact fp32, a warp for tensor

@@ -188,13 +188,15 @@ def l1_filtered(w: Work, hw: Hw, half: bool, fused: bool, ks: int = 1) -> Work:
 
 
 def launched(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, batch: int, gpu: GpuSpec, km: KernelModel,
-             residual: bool, precision: str) -> tuple[Work, int, int]:  # fmt: skip
+             residual: bool, precision: str, exact: bool = True) -> tuple[Work, int, int]:  # fmt: skip
     """(the `Work` of `km` for `tile` as the launch reads and schedules it, chunk loads a block keeps in
     flight, cluster split): the cluster split (`tiles.cluster_split`) worked out once, the work with
-    it (it changes how the pw kernel stores), then `l1_filtered` and `scheduled`."""
+    it (it changes how the pw kernel stores), then `l1_filtered` and `scheduled`. `exact=False`: from
+    the model's lower bound (`KernelModel.bounded`) where it has one; every step here is monotone in
+    the bytes it floors."""
     ks = tiles.cluster_split(kind, ops, tile, batch, gpu, dtype)
-    w = km.l1_reuse(km.work(tile, batch, residual, precision=precision, ks=ks), tile, ks, gpu.hw.l1_cache_bytes,
-                    gpu.hw.l1_line_bytes)
+    w = km.l1_reuse(km.work(tile, batch, residual, precision=precision, ks=ks, exact=exact), tile, ks,
+                    gpu.hw.l1_cache_bytes, gpu.hw.l1_line_bytes)
     w = l1_filtered(w, gpu.hw, dtype == "fp16", kind in tiles.FUSED_KINDS, ks)
     return (*scheduled(kind, ops, tile, dtype, w, ks), ks)
 
@@ -232,12 +234,15 @@ def issued(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, precision: st
     block's chunks.
     A layer-by-layer pw/linear launch charges its blocks' issued work (`pw.issued_per_block`) when the
     spec's load weight of its math path is set (`pw_shared_load_weight` for exact fp32 on the CUDA cores,
-    `pw_mma_load_weight` for tensor cores); other kinds are returned unchanged."""
+    `pw_mma_load_weight` for tensor cores) or its tile's outputs do not split evenly over its threads
+    (the slots past the tile count); other kinds are returned unchanged."""
     if kind in ("pw", "linear"):
         load_w = ((hw.pw_mma_load_weight if pw_uses_mma(ops[0], tile, dtype, precision) else hw.pw_shared_load_weight)
                   if hw.pw_shared_load_weight or hw.pw_mma_load_weight else 0.0)
-        if load_w <= 0.0:  # both off (the bundled specs): no variant lookup on the planner's search path
-            return w
+        if load_w <= 0.0 and tile.tf * tile.th * tile.tw % tile.threads == 0:
+            return w  # both off (the bundled specs): no variant lookup on the planner's search path
+        # an uneven tile (tiles.UNEVEN_KINDS) always charges its issued work: its idle thread slots
+        # take issue time that its useful FLOPs over all its warps do not show
         return w._replace(mma_issue=w.blocks * pw_issued_per_block(ops[0], tile, dtype, precision, ks, load_w))
     if kind not in tiles.FUSED_KINDS:
         return w
@@ -302,6 +307,27 @@ def coresident(w: Work, bps: int, ks: int, hw: Hw, kind: str) -> Work:
     return w._replace(gma_read=w.gma_read - saved, l1_hits=w.l1_hits + saved, in_read=w.in_read - saved)
 
 
+def launch_time(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, precision: str, w: Work, ks: int, depth: int,
+                bps: int, dram: float, hw: Hw, mma: float | None = None, rates: tuple | None = None) -> float:  # fmt: skip
+    """Seconds of one launch of `tile` whose `launched` work is `w` with `bps` blocks per SM and
+    `dram` DRAM bytes: the issued work (`issued`) at `time.kernel_time` (`mma`, `rates`: the
+    `time.mma_rate` and `time.warp_rates` of the kind, worked out here when not given). The one
+    timing path of `estimate_ours` and the planner's search (`cost.best_tile`)."""
+    if mma is None:
+        mma = mma_rate(dtype, precision, hw)
+    if rates is None:
+        rates = warp_rates(kind, dtype, precision, hw)
+    return kernel_time(issued(kind, ops, tile, dtype, precision, w, ks, hw), dram, bps, tile.threads, hw, mma, rates,
+                       depth, launch_sms(ks, hw))  # fmt: skip
+
+
+def launch_gma(w: Work, bps: int, ks: int, hw: Hw, kind: str) -> tuple[float, float]:
+    """(read, write) L2-level bytes of a launch of `w` with `bps` blocks per SM: `coresident`, in whole
+    sectors (row-phase averages rounded up)."""
+    wb = coresident(w, bps, ks, hw, kind)
+    return whole_bytes(wb.gma_read / 32.0), whole_bytes(wb.gma_write / 32.0)
+
+
 def estimate_ours(
     kind: str, ops: Sequence[Op], tile: Tile, dtype: str, batch: int, gpu: GpuSpec, residual: bool, precision: str
 ) -> Cost:
@@ -321,19 +347,17 @@ def estimate_ours(
     if bps < 1:
         return Cost(feasible=False, reason=f"{kind} {tile}: no block fits on an SM ({limiter})")
     w, depth, ks = launched(kind, ops, tile, dtype, batch, gpu, km, residual, precision)
-    w = issued(kind, ops, tile, dtype, precision, coresident(w, bps, ks, hw, kind), ks, hw)
     conc = hw.sm_count * bps
     dram_r, dram_w = dram_traffic(w, conc, hw)
-    rates = warp_rates(kind, dtype, precision, hw)
-    t = kernel_time(w, dram_r + dram_w, bps, tile.threads, hw, mma_rate(dtype, precision, hw), rates, depth,
-                    launch_sms(ks, hw))  # fmt: skip
+    t = launch_time(kind, ops, tile, dtype, precision, w, ks, depth, bps, dram_r + dram_w, hw)
+    gma_r, gma_w = launch_gma(w, bps, ks, hw, kind)
     res = KernelResources(
         kind=kind, smem_bytes=smem, threads=tile.threads, regs_per_thread=regs, blocks=w.blocks,
         blocks_per_sm=bps, waves=w.blocks / conc, occupancy=bps * tile.threads / hw.max_threads_per_sm,
     )  # fmt: skip
     return Cost(
-        gma_read_bytes=whole_bytes(w.gma_read / 32.0),  # row-phase averages -> whole sectors
-        gma_write_bytes=whole_bytes(w.gma_write / 32.0),
+        gma_read_bytes=gma_r,
+        gma_write_bytes=gma_w,
         dram_read_bytes=dram_r,
         dram_write_bytes=dram_w,
         flops=w.useful_flops,

@@ -105,6 +105,13 @@ class PwModel(KernelModel):
             in_read=32.0 * b * in_r,
         )
 
+    BOUNDED = True
+
+    def bounded(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
+        """`combine` with the writes at the output's bytes: no store pattern writes fewer (a sector
+        request carries at most 32 of them), whatever `stores` counts."""
+        return self.combine(sp, ch, tile, b, residual)._replace(gma_write=float(b * self.gs[0].out_elems * self.e))
+
     def stores(self, w: Work, tile: Tile, b: int, precision: str, ks: int) -> Work:
         """The writes as kernels/pw.cu's store instructions request them (`requests.pw_write_sectors`):
         per warp instruction of its epilogue (the mma fragments' pixel pairs, the FMA register block's

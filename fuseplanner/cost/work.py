@@ -91,7 +91,20 @@ class KernelModel:
         its own channel chunks moved from `gma_read` to `l1_hits`; unchanged by default."""
         return w
 
-    def work(self, tile: Tile, b: int, residual: bool, *, precision: str = "fp32", ks: int = 1) -> Work:
+    #: Whether `bounded` gives a lower bound of the work (the tile search, `cost.best_tile`, then
+    #: ranks every tile by it first and works out the exact `work` only for tiles that may still win).
+    BOUNDED = False
+
+    def bounded(self, sp: Any, ch: Any, tile: Tile, b: int, residual: bool) -> Work:
+        """`combine` + `stores` with the request counts that cost the most to work out (per-instruction
+        simulations) at a floor they never go below, every other field exact: no time, L2 bytes or
+        DRAM bytes of the result exceeds the exact one's (they only grow with these counts). It must
+        not depend on how the tile stores (`tiles.store_key`): tiles that differ only there share it."""
+        raise NotImplementedError
+
+    def work(self, tile: Tile, b: int, residual: bool, *, precision: str = "fp32", ks: int = 1,
+             exact: bool = True) -> Work:  # fmt: skip
+        """The `Work` of `tile` for `b` images (`exact=False`: `bounded` where the model has it)."""
         key = (tile.th, tile.tw)
         sp = self._sp.get(key)
         if sp is None:
@@ -100,6 +113,8 @@ class KernelModel:
         ch = self._ch.get(key)
         if ch is None:
             ch = self._ch[key] = self.channel(tile.tf, tile.tc)
+        if not exact and self.BOUNDED:
+            return self.bounded(sp, ch, tile, b, residual)
         return self.stores(self.combine(sp, ch, tile, b, residual), tile, b, precision, ks)
 
 

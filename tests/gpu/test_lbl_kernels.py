@@ -201,3 +201,38 @@ def test_pw_every_cluster_split(kind, ks, dtype, precision, monkeypatch):
     tiles_x = math.ceil(op.hw_out[0] / tile.th) * math.ceil(op.hw_out[1] / tile.tw)
     assert launch.defines["KS"] == ks and launch.grid[0] == tiles_x * ks
     run_case(kind, op, tile, dtype, precision, seed=700 + ks, residual=True)
+
+
+SQUEEZE_EXCITE = [  # (c_in, c_out, batch): 1x1 maps with fewer outputs than a 64-thread block
+    (32, 8, 1), (8, 32, 2), (96, 4, 3), (1152, 48, 1), (1152, 48, 4), (20, 40, 2), (40, 40, 2),
+]
+
+
+@pytest.mark.parametrize("dtype,precision", [("fp32", "fp32"), ("fp32", "tf32"), ("fp16", "fp32")])
+@pytest.mark.parametrize("c_in,c_out,batch", SQUEEZE_EXCITE, ids=lambda v: str(v))
+def test_squeeze_excite_uneven_tiles(c_in, c_out, batch, dtype, precision):
+    """Squeeze-excite 1x1 convs over a 1x1 map run only as uneven tiles (tiles.UNEVEN_KINDS: the FLAT
+    path's threads past the outputs idle); every candidate is correct, residual and cluster split
+    (1152 input channels) included; every output written (NaN poison) and none past it."""
+    op = conv_op("pw", c_in, c_out, 1, 1, act="silu", batch=batch, residual=c_in == c_out)
+    cands = tiles.candidates("pw", [op], dtype, GPU)
+    assert cands and all((t.tf * t.th * t.tw) % t.threads for t in cands)
+    for i in _spread(len(cands)):
+        run_case("pw", op, cands[i], dtype, precision, seed=i, residual=c_in == c_out)
+
+
+def _spread(n: int, k: int = 8) -> list[int]:
+    """Indices of k candidates of n, first and last included, evenly spaced."""
+    return sorted({0, n - 1, *np.linspace(0, n - 1, k).astype(int).tolist()})
+
+
+@pytest.mark.parametrize("dtype,precision", [("fp32", "fp32"), ("fp32", "tf32"), ("fp16", "fp32")])
+def test_small_classifier_linear_uneven_tiles(dtype, precision):
+    """A 10-class head over one token and a 2-D Gemm of 3 rows x 12 outputs: uneven tiles only."""
+    for op in (linear_op(256, 10, 1, batch=2), Op(name="fc", op_type="Gemm", kind="linear", index=0, inputs=("x",),
+                                                  outputs=("y",), input_shapes=((3, 40),), output_shapes=((3, 12),),
+                                                  epilogue=("bias",), has_bias=True)):  # fmt: skip
+        cands = tiles.candidates("linear", [op], dtype, GPU)
+        assert cands and all((t.tf * t.th * t.tw) % t.threads for t in cands)
+        for i in _spread(len(cands)):
+            run_case("linear", op, cands[i], dtype, precision, seed=i)
