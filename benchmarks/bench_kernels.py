@@ -26,11 +26,15 @@ import cupy as cp  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from fuseplanner import kernels, planner, tiles  # noqa: E402
-from fuseplanner.ir import Op  # noqa: E402
-from fuseplanner.kernels import device_spec  # noqa: E402
-from fuseplanner.measure import time_kernel  # noqa: E402
-from fuseplanner.reference import random_params, reference  # noqa: E402
+from fuseplanner import kernels  # noqa: E402
+from fuseplanner.core.ir import Op  # noqa: E402
+from fuseplanner.kernels import (
+    device_spec,  # noqa: E402
+    tiles,  # noqa: E402
+)
+from fuseplanner.planning import search as planner  # noqa: E402
+from fuseplanner.validation.reference import random_params, reference  # noqa: E402
+from fuseplanner.validation.timing import time_kernel  # noqa: E402
 
 # (kind, C_in, C_out, H_in, stride, activation): the unique DW/PW layers of MobileNetV2 at 224
 DW = [(32, 112, 1), (96, 112, 2), (144, 56, 1), (144, 56, 2), (192, 28, 1), (192, 28, 2), (384, 14, 1),

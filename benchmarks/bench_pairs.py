@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import mbv2_pairs  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fuseplanner import tiles  # noqa: E402
-from fuseplanner.ir import Op, Tile, dtype_bytes  # noqa: E402
+from fuseplanner.core.ir import Op, Tile, dtype_bytes  # noqa: E402
+from fuseplanner.kernels import tiles  # noqa: E402
 
 MODES = {"fp32": ("fp32", "fp32"), "tf32": ("fp32", "tf32"), "fp16": ("fp16", "fp32")}
 SMS = 132
@@ -175,7 +175,7 @@ def gpu_time(fn, repeat: int, flush: bool, spin_us: float = 100.0, warmup: int =
     """Median GPU time (s) of fn() between CUDA events; L2 flushed before each run when `flush`."""
     import cupy as cp
 
-    from fuseplanner.measure import flush_l2
+    from fuseplanner.validation.timing import flush_l2
 
     for _ in range(warmup):
         fn()
@@ -203,7 +203,7 @@ def floor_bytes(kind: str, ops, dtype: str, residual: bool) -> int:
 
 
 def _wshape(op: Op) -> tuple[int, ...]:
-    from fuseplanner.reference import weight_shape
+    from fuseplanner.validation.reference import weight_shape
 
     return weight_shape(op)
 
@@ -212,7 +212,7 @@ def random_inputs(ops, dtype: str, rng):
     """(x, params) on the host and (x, params, NaN-poisoned output) on the device for a pair."""
     import cupy as cp
 
-    from fuseplanner.reference import random_params
+    from fuseplanner.validation.reference import random_params
 
     np_dt = np.float16 if dtype == "fp16" else np.float32
     x = rng.standard_normal(ops[0].in_shape).astype(np_dt)
@@ -226,7 +226,7 @@ def bench_pair(pair: dict, mode: str, batch: int, gpu, repeat: int, copy_bw: flo
     import torch
 
     from fuseplanner import kernels
-    from fuseplanner.reference import reference
+    from fuseplanner.validation.reference import reference
 
     dtype, precision = MODES[mode]
     kind, ops, residual = pair["kind"], pair["ops"], pair["residual"]
@@ -280,7 +280,7 @@ def copy_bandwidth() -> float:
 
     a = cp.empty(1 << 28, dtype=cp.uint8)
     b = cp.empty_like(a)
-    from fuseplanner.measure import time_kernel
+    from fuseplanner.validation.timing import time_kernel
 
     t = time_kernel(lambda: cp.copyto(b, a), warmup=3, repeat=20, flush_l2=False).median_s
     return 2 * a.nbytes / t

@@ -8,7 +8,7 @@ blocks (PW->DW->PW, with the residual flag).
 
 from __future__ import annotations
 
-from fuseplanner.ir import Op
+from fuseplanner.core.ir import Op
 
 # (t, c, n, s) of torchvision's MobileNetV2
 SETTINGS = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]

@@ -20,9 +20,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 T0 = time.perf_counter()
-from fuseplanner.onnx_import import bundled_models, load_model, resolve_model  # noqa: E402
-from fuseplanner.planner import default_workers, plan  # noqa: E402
-from fuseplanner.specs import gpu  # noqa: E402
+from fuseplanner.frontend.load import bundled_models, load_model, resolve_model  # noqa: E402
+from fuseplanner.hw.spec import gpu  # noqa: E402
+from fuseplanner.planning.search import default_workers, plan  # noqa: E402
 
 IMPORT_S = time.perf_counter() - T0
 SECTION = "## Planner speed"

@@ -23,7 +23,7 @@ import mbv2_pairs  # noqa: E402
 import numpy as np  # noqa: E402
 from bench_pairs import MODES, gpu_time, random_inputs, torch_fn  # noqa: E402
 
-from fuseplanner.ir import Tile  # noqa: E402
+from fuseplanner.core.ir import Tile  # noqa: E402
 
 
 def parse_tile(s: str) -> Tile:
@@ -44,7 +44,7 @@ def probe(cfg: str, repeat: int, ncu: bool, with_torch: bool) -> dict:
     import cupy as cp
 
     from fuseplanner import kernels
-    from fuseplanner.reference import reference
+    from fuseplanner.validation.reference import reference
 
     kind, block, batch, mode, tile_s = cfg.split(":")
     batch, tile = int(batch), parse_tile(tile_s)

@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fuseplanner import specs  # noqa: E402
 from fuseplanner.cost.time import blocks_per_sm  # noqa: E402
+from fuseplanner.hw import spec as specs  # noqa: E402
 
 
 def ints(s: str) -> list[int]:
@@ -45,8 +45,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=256)
     ap.add_argument("--spin-us", type=float, default=200.0)
     args = ap.parse_args(argv)
-    from fuseplanner.errors import FusePlannerError
-    from fuseplanner.measure import probe_placement
+    from fuseplanner.core.errors import FusePlannerError
+    from fuseplanner.validation.timing import probe_placement
 
     try:
         spec = specs.detect() if args.gpu == "auto" else specs.gpu(args.gpu)

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 from mbv2_pairs import conv  # noqa: E402
 
-from fuseplanner.ir import Op, Tile  # noqa: E402
+from fuseplanner.core.ir import Op, Tile  # noqa: E402
 
 
 def linear(name: str, tokens: int, c_in: int, c_out: int) -> Op:
@@ -81,7 +81,7 @@ def launch_once(cfg: str) -> dict:
     import cupy as cp
 
     from fuseplanner import kernels
-    from fuseplanner.reference import random_params
+    from fuseplanner.validation.reference import random_params
 
     name, dtype, tile_s = cfg.split(":")
     kind, ops, residual = CASES[name]
@@ -109,7 +109,7 @@ COLUMNS = {
 def counters(folder: Path, stem: str = "probe_reads") -> list[tuple[str, dict[str, float]]]:
     """(config, {metric: value}) per launched config, from the folder of a probe-reads task of
     scripts/gpu_run.py (`stem`.csv and `stem`.jsonl)."""
-    from fuseplanner.ncu import parse_csv
+    from fuseplanner.validation.ncu import parse_csv
 
     per = [dict(k.metrics) for k in parse_csv((folder / f"{stem}.csv").read_text())]
     cfgs = [json.loads(line)["config"] for line in (folder / f"{stem}.jsonl").read_text().splitlines()
@@ -122,7 +122,7 @@ def counters(folder: Path, stem: str = "probe_reads") -> list[tuple[str, dict[st
 def report(folder: Path, gpu_name: str) -> None:
     """Print each config's modelled L2 read sectors beside the counters (a markdown table)."""
     from fuseplanner.cost import estimate
-    from fuseplanner.specs import gpu
+    from fuseplanner.hw.spec import gpu
 
     spec = gpu(gpu_name)
     print("| config | model | " + " | ".join(COLUMNS.values()) + " | L2 read / model | model write | L2 write |")

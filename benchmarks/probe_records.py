@@ -24,8 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from probe_fused import empty_floor  # noqa: E402  (the timing floor of one launch)
 
-from fuseplanner import fit, tiles  # noqa: E402
-from fuseplanner.report import load_results  # noqa: E402
+from fuseplanner.kernels import tiles  # noqa: E402
+from fuseplanner.validation import fit  # noqa: E402
+from fuseplanner.validation.report import load_results  # noqa: E402
 
 
 def record_steps(spec: str) -> tuple[dict, tuple]:
@@ -55,8 +56,8 @@ def probe_step(step, meta: dict, ks: int | None, repeat: int, ncu: bool) -> dict
 
     from fuseplanner import kernels
     from fuseplanner.kernels import device_props
-    from fuseplanner.measure import time_kernel
-    from fuseplanner.reference import random_input, random_params, reference
+    from fuseplanner.validation.reference import random_input, random_params, reference
+    from fuseplanner.validation.timing import time_kernel
 
     dtype, precision, batch = meta["dtype"], meta.get("precision", "fp32"), int(meta["batch"])
     st = np.float16 if dtype == "fp16" else np.float32

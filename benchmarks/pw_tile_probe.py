@@ -30,11 +30,15 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from bench_kernels import PW, TOL, make_op, rel_err  # noqa: E402
 
-from fuseplanner import kernels, planner, tiles  # noqa: E402
-from fuseplanner.ir import Tile  # noqa: E402
-from fuseplanner.kernels import device_spec  # noqa: E402
-from fuseplanner.measure import time_kernel  # noqa: E402
-from fuseplanner.reference import random_params, reference  # noqa: E402
+from fuseplanner import kernels  # noqa: E402
+from fuseplanner.core.ir import Tile  # noqa: E402
+from fuseplanner.kernels import (
+    device_spec,  # noqa: E402
+    tiles,  # noqa: E402
+)
+from fuseplanner.planning import search as planner  # noqa: E402
+from fuseplanner.validation.reference import random_params, reference  # noqa: E402
+from fuseplanner.validation.timing import time_kernel  # noqa: E402
 
 MODES = {"fp32": ("fp32", "fp32"), "tf32": ("fp32", "tf32"), "fp16": ("fp16", "fp32")}
 

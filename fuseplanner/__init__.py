@@ -5,17 +5,17 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .errors import DeviceError, FusePlannerError, ModelError, PlanError, SpecError, TileError
-from .ir import Cost, ModelGraph, Op, TensorInfo, Tile
+from fuseplanner.core.errors import DeviceError, FusePlannerError, ModelError, PlanError, SpecError, TileError
+from fuseplanner.core.ir import Cost, ModelGraph, Op, TensorInfo, Tile
 
 _LAZY = {
-    "load_model": ("onnx_import", "load_model"),
-    "gpu": ("specs", "gpu"),
-    "GpuSpec": ("specs", "GpuSpec"),
-    "plan": ("planner", "plan"),
-    "Plan": ("plans", "Plan"),
-    "compile": ("run.compiled", "compile"),
-    "CompiledModel": ("run.compiled", "CompiledModel"),
+    "load_model": ("fuseplanner.frontend.load", "load_model"),
+    "gpu": ("fuseplanner.hw.spec", "gpu"),
+    "GpuSpec": ("fuseplanner.hw.spec", "GpuSpec"),
+    "plan": ("fuseplanner.planning.search", "plan"),
+    "Plan": ("fuseplanner.planning.result", "Plan"),
+    "compile": ("fuseplanner.run.compiled", "compile"),
+    "CompiledModel": ("fuseplanner.run.compiled", "CompiledModel"),
 }
 
 
@@ -25,7 +25,7 @@ def __getattr__(name: str):
         import importlib
 
         module, attr = _LAZY[name]
-        return getattr(importlib.import_module(f".{module}", __name__), attr)
+        return getattr(importlib.import_module(module), attr)
     raise AttributeError(f"module 'fuseplanner' has no attribute {name!r}")
 
 

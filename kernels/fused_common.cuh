@@ -258,7 +258,7 @@ struct BlockAcc {
 // Depthwise k x k of NCH channels over their staged windows: channel k's window element (row, col) is
 // src[k * CSTR + row * LDR + col], its weights wd[k * KH * KW + ky * KW + kx] (fp32, shared memory).
 // Each item of a thread is one channel and column and V vertically adjacent outputs (the DWV define,
-// fuseplanner.tiles.dw_rows_per_item), so the window rows they share are read once; out(k, oy, ox,
+// fuseplanner.kernels.tiles.dw_rows_per_item), so the window rows they share are read once; out(k, oy, ox,
 // sum) receives each output of the TH x TW tile (sum without bias or activation).
 template <int V, int NCH, int TH_, int TW_, int KH_, int KW_, int SH_, int SW_, int DH_, int DW_, int LDR, int CSTR,
           class S, class F>

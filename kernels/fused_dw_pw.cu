@@ -1,4 +1,4 @@
-// Fused DW -> PW (depthwise k x k, then projection 1x1), NCHW. See fuseplanner/tiles.py (kind dw_pw).
+// Fused DW -> PW (depthwise k x k, then projection 1x1), NCHW. See fuseplanner/kernels/tiles.py (kind dw_pw).
 //
 // Block (blockIdx.x: spatial tile x KS, .y: filter tile, .z: image) computes TF PW filters x TH x TW
 // pixels. For each chunk of TC DW channels it stages the chunk's input halo window (xw), DW weights and
@@ -44,7 +44,7 @@ constexpr int SZ_STAGE = SZ_XW + SZ_WD + SZ_WS;
 constexpr int SZ_DS = al128(KP * LDD * E), SZ_ST = al128(MP * LDC * 4);
 constexpr int O_DS = STAGES * SZ_STAGE;
 constexpr int SMEM = imax(O_DS + SZ_DS, SZ_ST);
-static_assert(SMEM == SMEM_TOTAL, "shared-memory layout disagrees with fuseplanner.tiles");
+static_assert(SMEM == SMEM_TOTAL, "shared-memory layout disagrees with fuseplanner.kernels.tiles");
 static_assert(STAGES >= 1, "the ring needs a stage");
 constexpr int K2 = PREC == 0 ? TC : KP;
 

@@ -1,4 +1,4 @@
-// Fused PW -> DW (expansion 1x1, then depthwise k x k), NCHW. See fuseplanner/tiles.py (kind pw_dw).
+// Fused PW -> DW (expansion 1x1, then depthwise k x k), NCHW. See fuseplanner/kernels/tiles.py (kind pw_dw).
 //
 // Block (blockIdx.x: spatial tile, .y: filter tile, .z: image) computes TF expanded channels x TH x TW
 // DW outputs. For each chunk of TC PW input channels it stages the chunk's input halo window (xs,
@@ -40,7 +40,7 @@ constexpr int SZ_XS = al128(KP * LDX * E), SZ_WS = al128(KP * LDW * E);
 constexpr int SZ_STAGE = SZ_XS + SZ_WS;
 constexpr int SZ_CS = al128(MP * LDC * 4), SZ_WD = al128(TF * (KK + 1) * 4);
 constexpr int O_CS = STAGES * SZ_STAGE, O_WD = O_CS + SZ_CS, SMEM = O_WD + SZ_WD;
-static_assert(SMEM == SMEM_TOTAL, "shared-memory layout disagrees with fuseplanner.tiles");
+static_assert(SMEM == SMEM_TOTAL, "shared-memory layout disagrees with fuseplanner.kernels.tiles");
 static_assert(STAGES >= 1, "the ring needs a stage");
 constexpr int K1 = PREC == 0 ? TC : KP;
 

@@ -1,5 +1,5 @@
 // Fused PW -> DW -> PW: a whole inverted-residual block (expansion 1x1, depthwise k x k, projection
-// 1x1, optional residual add of the block input), NCHW. See fuseplanner/tiles.py (kind pw_dw_pw).
+// 1x1, optional residual add of the block input), NCHW. See fuseplanner/kernels/tiles.py (kind pw_dw_pw).
 //
 // Block (blockIdx.x: spatial tile, .y: projection filter tile, .z: image) stages the input halo window
 // C1 x HH*WWA once (xs, B operand of the expansion; rows of WWA staged columns). For each chunk of TC
@@ -42,7 +42,7 @@ constexpr int SZ_XS = al128(C1P * LDX * E), SZ_E = al128(KP * LDE * 4), SZ_DS = 
 constexpr int SZ_ST = al128(MP * LDC * 4);
 constexpr int O_XS = STAGES * SZ_STAGE, O_E = O_XS + SZ_XS, O_DS = O_E + SZ_E;
 constexpr int SMEM = imax(O_DS + SZ_DS, SZ_ST);
-static_assert(SMEM == SMEM_TOTAL, "shared-memory layout disagrees with fuseplanner.tiles");
+static_assert(SMEM == SMEM_TOTAL, "shared-memory layout disagrees with fuseplanner.kernels.tiles");
 static_assert(STAGES >= 1, "the ring needs a stage");
 constexpr int K1 = PREC == 0 ? C1 : C1P, K2 = PREC == 0 ? TC : KP;
 

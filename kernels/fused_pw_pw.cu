@@ -1,5 +1,5 @@
 // Fused PW -> PW (two 1x1 convolutions, or linear -> act -> linear over channel-last tokens).
-// See fuseplanner/tiles.py (kind pw_pw).
+// See fuseplanner/kernels/tiles.py (kind pw_pw).
 //
 // Block (blockIdx.x: pixel/token tile, .y: filter tile of the second PW, .z: image/sequence) stages
 // the whole input tile C1 x TH*TW once (xs, B operand of the first PW). For each chunk of TC mid
@@ -39,7 +39,7 @@ constexpr int SZ_XS = al128(C1P * LDX * E), SZ_MF = al128(KP * LDM * 4), SZ_MS =
 constexpr int SZ_ST = al128(MP * LDC * 4);
 constexpr int O_XS = STAGES * SZ_STAGE, O_MF = O_XS + SZ_XS, O_MS = O_MF + SZ_MF;
 constexpr int SMEM = imax(O_MS + SZ_MS, SZ_ST);
-static_assert(SMEM == SMEM_TOTAL, "shared-memory layout disagrees with fuseplanner.tiles");
+static_assert(SMEM == SMEM_TOTAL, "shared-memory layout disagrees with fuseplanner.kernels.tiles");
 static_assert(STAGES >= 1, "the ring needs a stage");
 constexpr int K1 = PREC == 0 ? C1 : C1P, K2 = PREC == 0 ? TC : KP;
 

@@ -33,7 +33,7 @@ def export(name: str, out: Path, resolution: int, opset: int, legacy: bool, stru
     import onnx
     import torch
 
-    from fuseplanner.zoo import structure_only
+    from fuseplanner.frontend.zoo import structure_only
 
     model = build(name)
     x = torch.randn(1, 3, resolution, resolution)

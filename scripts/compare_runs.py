@@ -18,9 +18,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fuseplanner import report  # noqa: E402
-from fuseplanner.errors import FusePlannerError  # noqa: E402
-from fuseplanner.tiles import LBL_KINDS  # noqa: E402
+from fuseplanner.core.errors import FusePlannerError  # noqa: E402
+from fuseplanner.kernels.tiles import LBL_KINDS  # noqa: E402
+from fuseplanner.validation import report  # noqa: E402
 
 
 def timed(path: str) -> dict[tuple, float]:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fuseplanner import report  # noqa: E402
-from fuseplanner.errors import FusePlannerError  # noqa: E402
+from fuseplanner.core.errors import FusePlannerError  # noqa: E402
+from fuseplanner.validation import report  # noqa: E402
 
 SETS = ("fit", "holdout")
 

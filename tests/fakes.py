@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fuseplanner.ir import DTYPE_BYTES, Cost
+from fuseplanner.core.ir import DTYPE_BYTES, Cost
 
 LAUNCH_S = 2e-6
 BANDWIDTH = 2e12

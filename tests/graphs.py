@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import networkx as nx
 
-from fuseplanner.ir import ModelGraph, Op, TensorInfo
+from fuseplanner.core.ir import ModelGraph, Op, TensorInfo
 
 
 def conv(

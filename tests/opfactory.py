@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from fuseplanner.ir import Op
+from fuseplanner.core.ir import Op
 
 _ids = itertools.count()
 

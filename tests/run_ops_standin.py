@@ -2,7 +2,7 @@
 
 Same interface: `Node`, `prepare(xp, node) -> kernel(inputs, outputs)`, `SUPPORTED`, `VIEW_OPS`,
 `unsupported(model)`. Each kernel evaluates its node with `onnx.reference` (Conv with
-`fuseplanner.reference.conv2d`, which is faster) on the host and writes the preallocated outputs.
+`fuseplanner.validation.reference.conv2d`, which is faster) on the host and writes the preallocated outputs.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from fuseplanner.ir import Op
-from fuseplanner.reference import conv2d
+from fuseplanner.core.ir import Op
+from fuseplanner.validation.reference import conv2d
 
 SUPPORTED = frozenset({
     "Add", "Sub", "Mul", "Div", "Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Erf", "Pow", "Sqrt",

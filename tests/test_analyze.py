@@ -15,15 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from fuseplanner import fit, report, specs
 from fuseplanner.analysis import accuracy as acc
 from fuseplanner.analysis import decisions as dec
 from fuseplanner.analysis import plan_totals, register_checks, tile_choices
 from fuseplanner.analysis.runs import Run, fuse_threshold, load_runs
 from fuseplanner.analysis.tables import Table, markdown
 from fuseplanner.cli.main import main
-from fuseplanner.errors import AnalysisError
-from fuseplanner.ir import Tile
+from fuseplanner.core.errors import AnalysisError
+from fuseplanner.core.ir import Tile
+from fuseplanner.hw import spec as specs
+from fuseplanner.validation import fit, report
 
 FIX = Path(__file__).parent / "fixtures"
 SMALL = str(FIX / "results_small.json")
@@ -280,8 +281,8 @@ def test_markdown_escapes_pipes_and_tables_check_their_rows():
 
 
 def test_compiled_registers_set_the_compiler_against_the_estimate():
-    from fuseplanner import tiles
     from fuseplanner.analysis import nvcc_registers as nv
+    from fuseplanner.kernels import tiles
 
     spec = specs.gpu("h100")
     jobs = nv.distinct_fused_steps(load_runs([LAYERS]), spec)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fuseplanner import calibrate
+from fuseplanner.validation import microbench as calibrate
 
 ROOT = Path(__file__).resolve().parent.parent
 CAL = calibrate.Calibration(
@@ -67,7 +67,7 @@ def test_apply_overrides_measured_and_keeps_datasheet():
 
 
 def test_calibrate_without_gpu_raises_device_error():
-    from fuseplanner.errors import DeviceError
+    from fuseplanner.core.errors import DeviceError
     from fuseplanner.kernels import require_device
 
     try:

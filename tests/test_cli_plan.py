@@ -9,10 +9,11 @@ import graphs as G
 import onnx
 import pytest
 
-from fuseplanner import planner, specs
 from fuseplanner.cli.main import main
-from fuseplanner.export import check_onnx
-from fuseplanner.plans import Plan
+from fuseplanner.hw import spec as specs
+from fuseplanner.planning import search as planner
+from fuseplanner.planning.export import check_onnx
+from fuseplanner.planning.result import Plan
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fuseplanner.cli.main import main
-from fuseplanner.errors import DeviceError
+from fuseplanner.core.errors import DeviceError
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = Path(__file__).parent / "fixtures" / "results_small.json"

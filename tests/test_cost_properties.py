@@ -36,11 +36,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from opfactory import dw, linear, pw
 
-from fuseplanner import tiles
+from fuseplanner.core.ir import Tile
 from fuseplanner.cost import compulsory, estimate
-from fuseplanner.cost.shapes import geom
-from fuseplanner.ir import Tile
-from fuseplanner.specs import GpuSpec, gpu
+from fuseplanner.cost.geometry import geom
+from fuseplanner.hw.spec import GpuSpec, gpu
+from fuseplanner.kernels import tiles
 
 #: the H100 with one weight-read factor for both storage dtypes (the bundled ones are above 1: its
 #: kernels' weight copies cost more L2 sectors than their bytes; the properties below are about the

@@ -10,9 +10,10 @@ import numpy as np
 import onnx
 import pytest
 
-from fuseplanner import export, planner
-from fuseplanner.errors import PlanError
-from fuseplanner.onnx_import import load_model, resolve_model
+from fuseplanner.core.errors import PlanError
+from fuseplanner.frontend.load import load_model, resolve_model
+from fuseplanner.planning import export
+from fuseplanner.planning import search as planner
 
 GPU = fakes.FakeGpu()
 

@@ -1,4 +1,4 @@
-"""Fitting the kernel-efficiency fields to saved validation records (`fuseplanner.fit`,
+"""Fitting the kernel-efficiency fields to saved validation records (`fuseplanner.validation.fit`,
 `fuseplanner calibrate --from-results`), on real H100 runs of the curated record set (data/records; CPU only)."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from fuseplanner import fit, report
-from fuseplanner.calibrate import apply_measured
 from fuseplanner.cli.main import main
-from fuseplanner.errors import FusePlannerError
-from fuseplanner.kernel_fit import PARAMS
-from fuseplanner.specs import gpu
+from fuseplanner.core.errors import FusePlannerError
+from fuseplanner.hw.kernel_fit import PARAMS
+from fuseplanner.hw.spec import gpu
+from fuseplanner.validation import fit, report
+from fuseplanner.validation.microbench import apply_measured
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDS = ROOT / "data" / "records" / "h100"

@@ -9,10 +9,10 @@ from onnx import TensorProto, helper
 from shape_models import edgenext_like, token_mixer
 
 from fuseplanner.cli.main import main
-from fuseplanner.errors import ModelError
-from fuseplanner.fold import fold_shapes
-from fuseplanner.onnx_import import load_model
-from fuseplanner.onnx_shapes import infer
+from fuseplanner.core.errors import ModelError
+from fuseplanner.frontend.fold import fold_shapes
+from fuseplanner.frontend.load import load_model
+from fuseplanner.frontend.shapes import infer
 
 MIXED = ("stem", "mix", "dw", "pw")
 
@@ -26,7 +26,7 @@ def test_edgenext_chain_resolves_on_static_input(symbolic, monkeypatch):
     # Shape(x)[1] = 16; (16 + 1) / 2 = 8 (integer Div truncates); * 1 = 8: the Slice keeps channels 0..7.
     # Without onnxruntime's symbolic inference (not a dependency) only the folder resolves the chain.
     if not symbolic:
-        monkeypatch.setattr("fuseplanner.onnx_shapes.symbolic_infer", lambda model: model)
+        monkeypatch.setattr("fuseplanner.frontend.shapes.symbolic_infer", lambda model: model)
     graph = load_model(edgenext_like(size=32, channels=16))
     ops = {op.name: op for op in graph.ops()}
     assert ops["dw"].kind == "dw" and ops["dw"].input_shapes == ((1, 8, 32, 32),)
@@ -84,7 +84,7 @@ def test_batch_override_from_an_export_batch_of_two():
 
 def test_batch_override_keeps_onnxruntime_semantics():
     ort = pytest.importorskip("onnxruntime")
-    from fuseplanner.onnx_shapes import prepare
+    from fuseplanner.frontend.shapes import prepare
 
     original = token_mixer("minus_one")
     model = prepare(original, batch=8)

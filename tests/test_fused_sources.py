@@ -12,11 +12,10 @@ import tempfile
 
 import pytest
 
-from fuseplanner import tiles
-from fuseplanner.ir import Op, Tile
-from fuseplanner.kernels import kernel_source, nvcc_report
+from fuseplanner.core.ir import Op, Tile
+from fuseplanner.kernels import kernel_source, nvcc_report, tiles
 from fuseplanner.kernels.fused import SOURCES, kernel_defines
-from fuseplanner.tiles import fma_group, mma_group
+from fuseplanner.kernels.tiles import fma_group, mma_group
 
 NVCC = shutil.which("nvcc")
 SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")

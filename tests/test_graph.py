@@ -5,7 +5,7 @@ from __future__ import annotations
 import graphs as G
 import pytest
 
-from fuseplanner.graph import (
+from fuseplanner.planning.candidates import (
     check_partition,
     consumers,
     epilogue_names,

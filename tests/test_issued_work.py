@@ -7,10 +7,10 @@ from dataclasses import replace
 
 from opfactory import dw, pw
 
-from fuseplanner import tiles
+from fuseplanner.core.ir import Tile
 from fuseplanner.cost import fused, model, time
-from fuseplanner.ir import Tile
-from fuseplanner.specs import gpu
+from fuseplanner.hw.spec import gpu
+from fuseplanner.kernels import tiles
 
 DW = dw(32, 7, 7, 3)  # 32 channels, 7 x 7 map, 3 x 3 kernel
 PW = pw(32, 16, 7, 7)
@@ -47,8 +47,8 @@ def test_shared_load_weight_scales_the_operand_loads_only():
 
 
 def test_shared_load_weight_reaches_fused_estimates_only():
-    from fuseplanner.calibrate import apply_measured
     from fuseplanner.cost import estimate
+    from fuseplanner.validation.microbench import apply_measured
 
     base = gpu("h100")
     heavy = apply_measured(base, {"fused_shared_load_weight": 4 * base.fit.fused_shared_load_weight})
@@ -139,8 +139,8 @@ def test_pw_pw_also_stages_its_first_pw_every_chunk():
 def test_epilogue_weight_lengthens_large_output_tiles_most():
     # the spec's weight reaches the launch time through the issued CUDA-core work; a tile storing 112
     # elements a thread gains more time from it than one storing 2
-    from fuseplanner.calibrate import apply_measured
     from fuseplanner.cost import estimate
+    from fuseplanner.validation.microbench import apply_measured
 
     base = gpu("h100")
     heavy = apply_measured(base, {"fused_epilogue_weight": base.fit.fused_epilogue_weight + 8.0})
@@ -182,8 +182,8 @@ def test_window_epilogue_counts_each_threads_share_of_the_expansion():
 
 
 def test_window_epilogue_weight_reaches_pw_dw_pw_estimates():
-    from fuseplanner.calibrate import apply_measured
     from fuseplanner.cost import estimate
+    from fuseplanner.validation.microbench import apply_measured
 
     base = gpu("h100")
     heavy = apply_measured(base, {"fused_window_epilogue_weight": base.fit.fused_window_epilogue_weight + 8.0})

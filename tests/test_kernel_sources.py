@@ -12,8 +12,8 @@ import tempfile
 
 import pytest
 
-from fuseplanner.errors import DeviceError
-from fuseplanner.ir import Op, Tile
+from fuseplanner.core.errors import DeviceError
+from fuseplanner.core.ir import Op, Tile
 from fuseplanner.kernels import kernel_source, kernels_dir, nvcc_report
 
 NVCC = shutil.which("nvcc")
@@ -90,7 +90,7 @@ def test_every_kernel_source_compiles_for_sm90_without_spills():
 
 def test_every_source_is_compile_checked():
     # here: the layer-by-layer kernels and the placement and copy probes; tests/test_fused_sources.py: fused_*.cu
-    from fuseplanner import tiles
+    from fuseplanner.kernels import tiles
 
     sources = {p.name for p in kernels_dir().glob("*.cu")}
     assert {"dw.cu", "pw.cu", "probe_placement.cu"} <= sources
@@ -121,7 +121,7 @@ def test_kernel_source_injects_defines_only():
 def test_fused_launch_rejects_images_past_32_bit_offsets():
     from types import SimpleNamespace
 
-    from fuseplanner.errors import PlanError
+    from fuseplanner.core.errors import PlanError
     from fuseplanner.kernels.fused import _nchw
 
     # the fused kernels index one image with 32-bit offsets: 128 x 4096 x 4096 = 2^31 elements is one too many
@@ -131,7 +131,7 @@ def test_fused_launch_rejects_images_past_32_bit_offsets():
 
 
 def test_fma_map_fewest_load_cycles_per_useful_output():
-    from fuseplanner.tiles import fma_map, pw_variant
+    from fuseplanner.kernels.tiles import fma_map, pw_variant
 
     # Scalar reads (vector=False). 64 filters x 28 pixels (4x7), 256 threads: 7 outputs per thread;
     # cycles per channel = max(wavefronts, issue / 4), per useful output x b / (rf * 28).
@@ -188,7 +188,7 @@ def test_fma_map_fewest_load_cycles_per_useful_output():
 
 
 def test_pw_launch_rejects_offsets_past_32_bits():
-    from fuseplanner.errors import PlanError
+    from fuseplanner.core.errors import PlanError
     from fuseplanner.kernels.lbl import _check_pw_offsets
 
     t = Tile(8, 8, 64, 32, 256)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fuseplanner import zoo
-from fuseplanner.onnx_import import bundled_dir, bundled_models, load_model, resolve_model
+from fuseplanner.frontend import zoo
+from fuseplanner.frontend.load import bundled_dir, bundled_models, load_model, resolve_model
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fuseplanner import ncu
-from fuseplanner.errors import DeviceError
+from fuseplanner.core.errors import DeviceError
+from fuseplanner.validation import ncu
 
 FIX = Path(__file__).parent / "fixtures"
 

@@ -13,13 +13,14 @@ import pytest
 from opfactory import dw, linear, pw
 from test_planner import _bundled
 
-from fuseplanner import planner, tiles
+from fuseplanner.core.errors import PlanError
+from fuseplanner.core.ir import Tile
 from fuseplanner.cost import estimate, estimate_op
 from fuseplanner.cost.layers import VIEW_OPS
-from fuseplanner.errors import PlanError
-from fuseplanner.ir import Tile
-from fuseplanner.onnx_import import bundled_models
-from fuseplanner.specs import gpu
+from fuseplanner.frontend.load import bundled_models
+from fuseplanner.hw.spec import gpu
+from fuseplanner.kernels import tiles
+from fuseplanner.planning import search as planner
 
 H100 = gpu("h100")
 KERNEL_KINDS = ("dw", "pw", "conv", "linear")

@@ -12,9 +12,10 @@ import pytest
 from bad_models import BAD, bad_files
 from onnx import TensorProto, helper, numpy_helper
 
-from fuseplanner import ModelError, zoo
-from fuseplanner.errors import ModelNote
-from fuseplanner.onnx_import import load_model
+from fuseplanner import ModelError
+from fuseplanner.core.errors import ModelNote
+from fuseplanner.frontend import zoo
+from fuseplanner.frontend.load import load_model
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
 

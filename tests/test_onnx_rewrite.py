@@ -11,9 +11,11 @@ import numpy as np
 import onnx
 import pytest
 
-from fuseplanner import export, planner, zoo
 from fuseplanner.cli.main import main
-from fuseplanner.onnx_import import load_model
+from fuseplanner.frontend import zoo
+from fuseplanner.frontend.load import load_model
+from fuseplanner.planning import export
+from fuseplanner.planning import search as planner
 
 ort = pytest.importorskip("onnxruntime")
 GPU = fakes.FakeGpu()

@@ -21,9 +21,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "data" / "records" / "h100"
 
-from fuseplanner import specs  # noqa: E402
 from fuseplanner.analysis.accuracy import AccuracyRow, accuracy  # noqa: E402
 from fuseplanner.analysis.runs import load_runs  # noqa: E402
+from fuseplanner.hw import spec as specs  # noqa: E402
 
 #: set -> (runs, records, GMA median, GMA p90, DRAM median, time median, time p90, decisions agreeing, decided)
 PINNED = {

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fuseplanner import measure
-from fuseplanner.errors import DeviceError
+from fuseplanner.core.errors import DeviceError
+from fuseplanner.validation import timing as measure
 
 
 def test_rounds_and_co_resident_blocks():

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from fuseplanner import load_model, planner
+from fuseplanner import load_model
+from fuseplanner.planning import search as planner
 
 PINNED = json.loads((Path(__file__).parent / "fixtures" / "pinned_plans.json").read_text())
 

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fuseplanner import planner
-from fuseplanner.errors import PlanError
-from fuseplanner.graph import check_partition
-from fuseplanner.ir import Cost
-from fuseplanner.planner import choose_exact, choose_greedy, overlap_components, plan
+from fuseplanner.core.errors import PlanError
+from fuseplanner.core.ir import Cost
+from fuseplanner.planning import search as planner
+from fuseplanner.planning.candidates import check_partition
+from fuseplanner.planning.search import choose_exact, choose_greedy, overlap_components, plan
 
 GPU = fakes.FakeGpu()
 
@@ -319,9 +319,9 @@ def test_cache_shares_repeated_blocks(bytes_model, monkeypatch):
 
 # ---- real cost model over the bundled models ------------------------------------------------------
 
-from fuseplanner.calibrate import apply_measured  # noqa: E402
-from fuseplanner.onnx_import import bundled_models, load_model  # noqa: E402
-from fuseplanner.specs import gpu  # noqa: E402
+from fuseplanner.frontend.load import bundled_models, load_model  # noqa: E402
+from fuseplanner.hw.spec import gpu  # noqa: E402
+from fuseplanner.validation.microbench import apply_measured  # noqa: E402
 
 _GRAPHS: dict[str, object] = {}
 
@@ -331,7 +331,7 @@ def _bundled(name):
     if name not in _GRAPHS:
         import onnx
 
-        from fuseplanner.onnx_import import resolve_model
+        from fuseplanner.frontend.load import resolve_model
 
         proto = onnx.load(str(resolve_model(name)), load_external_data=False)
         inits = {t.name for t in proto.graph.initializer}

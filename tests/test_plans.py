@@ -9,9 +9,9 @@ import graphs as G
 import pytest
 from pydantic import ValidationError
 
-from fuseplanner import planner
-from fuseplanner.ir import Cost, KernelResources, Tile
-from fuseplanner.plans import CostModel, Plan
+from fuseplanner.core.ir import Cost, KernelResources, Tile
+from fuseplanner.planning import search as planner
+from fuseplanner.planning.result import CostModel, Plan
 
 GPU = fakes.FakeGpu()
 

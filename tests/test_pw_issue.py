@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from opfactory import dw, pw
 
-from fuseplanner import tiles
-from fuseplanner.calibrate import apply_measured
+from fuseplanner.core.ir import Tile
 from fuseplanner.cost import estimate, time
 from fuseplanner.cost import pw as pw_cost
-from fuseplanner.ir import Tile
-from fuseplanner.specs import gpu
+from fuseplanner.hw.spec import gpu
+from fuseplanner.kernels import tiles
+from fuseplanner.validation.microbench import apply_measured
 
 PW = pw(32, 16, 7, 7)  # 32 -> 16 channels on a 7 x 7 map
 

@@ -10,9 +10,9 @@ from math import gcd
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from fuseplanner import tiles
+from fuseplanner.core.ir import Tile
 from fuseplanner.cost.requests import pw_write_sectors
-from fuseplanner.ir import Tile
+from fuseplanner.kernels import tiles
 
 
 def _variant(tile: Tile, dtype: str, precision: str, kind: str, wo: int, c_in: int) -> tuple:

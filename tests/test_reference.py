@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fuseplanner.errors import PlanError
-from fuseplanner.ir import Op
-from fuseplanner.reference import random_input, random_params, reference
+from fuseplanner.core.errors import PlanError
+from fuseplanner.core.ir import Op
+from fuseplanner.validation.reference import random_input, random_params, reference
 
 
 def _op(kind, c_in, c_out, h, w, k, s, pads, d, groups, epi=()):

@@ -1,4 +1,4 @@
-"""The compiled-register table (fuseplanner.registers), its use in feasibility and occupancy, the
+"""The compiled-register table (fuseplanner.kernels.registers), its use in feasibility and occupancy, the
 cluster placement limit of the time model (spec cluster_sms)."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ from dataclasses import replace
 import pytest
 from opfactory import dw, pw
 
-from fuseplanner import registers, tiles
+from fuseplanner.core.ir import Tile
 from fuseplanner.cost import estimate
 from fuseplanner.cost import model as cost_model
 from fuseplanner.cost.time import blocks_per_sm, kernel_time, warp_rates
 from fuseplanner.cost.work import Work
-from fuseplanner.ir import Tile
-from fuseplanner.specs import GpuSpec, gpu
+from fuseplanner.hw.spec import GpuSpec, gpu
+from fuseplanner.kernels import registers, tiles
 
 H100 = gpu("h100")
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from fuseplanner import report
-from fuseplanner.errors import FusePlannerError
+from fuseplanner.core.errors import FusePlannerError
+from fuseplanner.validation import report
 
 FIX = Path(__file__).parent / "fixtures" / "results_small.json"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

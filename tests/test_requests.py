@@ -10,9 +10,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fuseplanner import tiles
+from fuseplanner.core.ir import Tile
 from fuseplanner.cost.requests import tile_write_sectors, window_load_sectors
-from fuseplanner.ir import Tile
+from fuseplanner.kernels import tiles
 
 
 def test_rows_of_one_item_are_separate_store_instructions():

@@ -13,13 +13,14 @@ import onnx
 import pytest
 from rich.console import Console
 
-from fuseplanner import specs, zoo
 from fuseplanner.cli.cmd_inspect import layers_table
 from fuseplanner.cli.main import main
 from fuseplanner.cli.plan_table import compare_table, print_plan
-from fuseplanner.export import summary_line
-from fuseplanner.onnx_import import bundled_models, load_model
-from fuseplanner.planner import plan
+from fuseplanner.frontend import zoo
+from fuseplanner.frontend.load import bundled_models, load_model
+from fuseplanner.hw import spec as specs
+from fuseplanner.planning.export import summary_line
+from fuseplanner.planning.search import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "fixtures" / "results_small.json"

@@ -9,7 +9,7 @@ import run_ops_standin as standin
 from onnx import TensorProto, helper
 
 from fuseplanner.cli.main import main
-from fuseplanner.planner import plan
+from fuseplanner.planning.search import plan
 from fuseplanner.run import program
 
 
@@ -71,7 +71,7 @@ def test_gpu_without_cupy_or_cuda(capsys):
 
 
 def test_cpu_run_with_check_and_output(tmp_path, capsys):
-    from fuseplanner import zoo
+    from fuseplanner.frontend import zoo
 
     model = tmp_path / "tiny.onnx"
     onnx.save(zoo.mobilenet_v2(width=0.35, resolution=32, num_classes=10, bn=True), model)

@@ -8,8 +8,8 @@ import onnx
 import pytest
 import run_ops_standin as standin
 
-from fuseplanner import zoo
-from fuseplanner.errors import ModelError
+from fuseplanner.core.errors import ModelError
+from fuseplanner.frontend import zoo
 from fuseplanner.run.check import compare, reference_outputs, relative_error
 from fuseplanner.run.compiled import compile, onnx_model
 
@@ -69,7 +69,7 @@ def test_relative_error_metric():
 
 
 def test_structure_only_weights_are_seeded_and_scaled():
-    from fuseplanner.onnx_import import read_model
+    from fuseplanner.frontend.load import read_model
     from fuseplanner.run.weights import materialize, missing
 
     proto, _, _ = read_model("mobilenet_v2")

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fuseplanner.errors import PlanError
+from fuseplanner.core.errors import PlanError
 from fuseplanner.run.memory import ALIGNMENT, TensorLife, align, plan_memory
 
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from onnx import helper
 from run_op_cases import C, Case, R, W, all_cases, draw, halve, node_for, reference
 
-from fuseplanner.errors import ModelError
+from fuseplanner.core.errors import ModelError
 from fuseplanner.run.ops import SUPPORTED, VIEW_OPS, Node, prepare, unsupported
 
 CASES = all_cases()

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import run_ops_standin as standin
 
-from fuseplanner.onnx_import import bundled_models
-from fuseplanner.onnx_view import GraphView
-from fuseplanner.planner import plan
+from fuseplanner.frontend.load import bundled_models
+from fuseplanner.frontend.view import GraphView
+from fuseplanner.planning.search import plan
 from fuseplanner.run.check import compare, reference_outputs
 from fuseplanner.run.compiled import _load_model, compile
 from fuseplanner.run.program import KernelStep, LibraryStep, build_program

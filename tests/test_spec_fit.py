@@ -14,11 +14,11 @@ import onnx
 import pytest
 from pydantic import ValidationError
 
-from fuseplanner import planner
 from fuseplanner.cli.main import main
-from fuseplanner.errors import SpecError
-from fuseplanner.kernel_fit import PARAMS, KernelFit
-from fuseplanner.specs import MEASURABLE, GpuSpec, gpu, list_gpus
+from fuseplanner.core.errors import SpecError
+from fuseplanner.hw.kernel_fit import PARAMS, KernelFit
+from fuseplanner.hw.spec import MEASURABLE, GpuSpec, gpu, list_gpus
+from fuseplanner.planning import search as planner
 
 ROOT = Path(__file__).resolve().parent.parent
 ESTIMATE_NOTE = ("estimate", "assumed")
@@ -196,7 +196,7 @@ def test_cost_model_doc_lists_the_h100_fit():
 def test_calibrate_writes_facts_and_keeps_the_fit_layout(tmp_path, stem):
     from test_calibrate import CAL
 
-    from fuseplanner import calibrate
+    from fuseplanner.validation import microbench as calibrate
 
     base = gpu(stem)
     out = calibrate.write_spec(tmp_path / "mine.toml", base, CAL)

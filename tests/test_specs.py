@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 import fuseplanner
-from fuseplanner.errors import SpecError
-from fuseplanner.specs import MEASURABLE, GpuSpec, detect, gpu, list_gpus, match_device
+from fuseplanner.core.errors import SpecError
+from fuseplanner.hw.spec import MEASURABLE, GpuSpec, detect, gpu, list_gpus, match_device
 
 STEMS = {"gtx1660", "rtx_a4000", "orin", "t4", "v100", "a100_80gb", "l4", "rtx4090", "h100", "h200"}
 NUMERIC = [n for n, f in GpuSpec.model_fields.items() if f.annotation in (int, float, float | None)]

@@ -13,11 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_cost_properties import groups
 
-from fuseplanner import planner, tiles
+from fuseplanner.core.ir import Tile
 from fuseplanner.cost import best_tile, estimate
-from fuseplanner.graph import find_candidates
-from fuseplanner.ir import Tile
-from fuseplanner.specs import GpuSpec, gpu
+from fuseplanner.hw.spec import GpuSpec, gpu
+from fuseplanner.kernels import tiles
+from fuseplanner.planning import search as planner
+from fuseplanner.planning.candidates import find_candidates
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 OBJECTIVES = ("time", "gma", "dram")

@@ -9,9 +9,10 @@ import graphs as G
 import numpy as np
 import pytest
 
-from fuseplanner import planner, tiles
-from fuseplanner import validate as V
-from fuseplanner.errors import DeviceError
+from fuseplanner.core.errors import DeviceError
+from fuseplanner.kernels import tiles
+from fuseplanner.planning import search as planner
+from fuseplanner.validation import validate as V
 
 GPU = fakes.FakeGpu()
 
@@ -254,7 +255,7 @@ def test_launch_resources_read_the_compiled_kernel():
 def test_compiled_kernels_beside_the_model():
     from types import SimpleNamespace
 
-    from fuseplanner import specs
+    from fuseplanner.hw import spec as specs
 
     gpu = specs.gpu("h100")
     g = G.residual(h=4)

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fuseplanner import fit, report
 from fuseplanner.analysis.runs import Run
 from fuseplanner.analysis.tables import Table
-from fuseplanner.errors import AnalysisError
+from fuseplanner.core.errors import AnalysisError
+from fuseplanner.validation import fit, report
 
 
 @dataclass(frozen=True)

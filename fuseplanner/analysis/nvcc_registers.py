@@ -11,11 +11,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fuseplanner import fit, tiles
 from fuseplanner.analysis.runs import Run
 from fuseplanner.analysis.tables import Table
 from fuseplanner.cost.time import blocks_per_sm
-from fuseplanner.validate import Step
+from fuseplanner.kernels import tiles
+from fuseplanner.validation import fit
+from fuseplanner.validation.validate import Step
 
 USED = re.compile(r"Used (\d+) registers")
 

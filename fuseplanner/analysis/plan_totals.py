@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fuseplanner import report
 from fuseplanner.analysis.runs import Run
 from fuseplanner.analysis.tables import Table
+from fuseplanner.validation import report
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from fuseplanner import registers
 from fuseplanner.analysis.runs import Run
 from fuseplanner.analysis.tables import Table
+from fuseplanner.core.errors import AnalysisError
+from fuseplanner.core.ir import Tile
 from fuseplanner.cost.time import blocks_per_sm
-from fuseplanner.errors import AnalysisError
-from fuseplanner.ir import Tile
+from fuseplanner.kernels import registers
 
 MAX_SLOPE = 2.0
 MIN_SAMPLES = 3

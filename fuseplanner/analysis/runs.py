@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fuseplanner import fit, report
-from fuseplanner.errors import AnalysisError
+from fuseplanner.core.errors import AnalysisError
+from fuseplanner.validation import fit, report
 
 
 @dataclass(frozen=True)

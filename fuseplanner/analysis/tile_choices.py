@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fuseplanner import report
 from fuseplanner.analysis.runs import Run
 from fuseplanner.analysis.tables import Table
-from fuseplanner.errors import AnalysisError
+from fuseplanner.core.errors import AnalysisError
+from fuseplanner.validation import report
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ def _missing(p: argparse.ArgumentParser) -> int:
 
 def _load(args, predicted: bool = True):
     from fuseplanner.analysis.runs import load_runs
-    from fuseplanner.specs import gpu
+    from fuseplanner.hw.spec import gpu
 
     check_output_path(args.markdown, "--markdown", allow_stdout=True)
     spec = gpu(args.gpu)
@@ -90,7 +90,7 @@ def _show(tables, args, extra: str = "") -> int:
     if extra:
         con.print(extra)
     if args.markdown:
-        from fuseplanner.export import write_text
+        from fuseplanner.planning.export import write_text
 
         write_text(markdown_all(tables) + extra, args.markdown)
         con.print(f"wrote {args.markdown}")
@@ -120,7 +120,7 @@ def run_tiles(args: argparse.Namespace) -> int:
 
 def run_registers(args: argparse.Namespace) -> int:
     from fuseplanner.analysis import register_checks as rc
-    from fuseplanner.errors import AnalysisError
+    from fuseplanner.core.errors import AnalysisError
 
     nvcc = shutil.which("nvcc") if args.compile else None
     if args.compile and nvcc is None:

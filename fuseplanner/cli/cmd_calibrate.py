@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..errors import FusePlannerError
+from fuseplanner.core.errors import FusePlannerError
 
 
 def register(subparsers) -> None:
@@ -42,7 +42,7 @@ def _table(cal, base) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ..calibrate import datasheet_values
+    from fuseplanner.validation.microbench import datasheet_values
 
     sheet = datasheet_values(base)
     t = Table(title=f"Calibration of {cal.device_name}")
@@ -61,9 +61,10 @@ def _table(cal, base) -> None:
 
 
 def _from_results(args: argparse.Namespace) -> int:
-    from .. import fit, specs
-    from ..calibrate import spec_dict, to_toml
-    from ..report import load_results
+    from fuseplanner.hw import spec as specs
+    from fuseplanner.validation import fit
+    from fuseplanner.validation.microbench import spec_dict, to_toml
+    from fuseplanner.validation.report import load_results
 
     meta = load_results(args.from_results[0])["meta"]
     base = specs.gpu(meta["gpu"] if args.gpu == "auto" else args.gpu)
@@ -99,11 +100,11 @@ def run(args: argparse.Namespace) -> int:
         raise FusePlannerError("--fit selects fields to fit to --from-results: give the results files too")
     if args.from_results:
         return _from_results(args)
-    from ..calibrate import calibrate, write_spec
-    from ..kernels import require_device
+    from fuseplanner.kernels import require_device
+    from fuseplanner.validation.microbench import calibrate, write_spec
 
     require_device()
-    from .cmd_validate import resolve_gpu
+    from fuseplanner.cli.cmd_validate import resolve_gpu
 
     base = resolve_gpu(args.gpu)
     cal = calibrate(args.device)

@@ -6,9 +6,9 @@ import argparse
 import json
 import sys
 
-from ..errors import PlanError
-from .cmd_plan import add_plan_options, check_output_path, plan_kwargs, print_notes
-from .common import add_model_arguments, load_from_args
+from fuseplanner.cli.cmd_plan import add_plan_options, check_output_path, plan_kwargs, print_notes
+from fuseplanner.cli.common import add_model_arguments, load_from_args
+from fuseplanner.core.errors import PlanError
 
 DEFAULT_GPUS = "h100,a100_80gb,gtx1660,orin"
 
@@ -37,8 +37,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..planner import plan
-    from ..specs import gpu
+    from fuseplanner.hw.spec import gpu
+    from fuseplanner.planning.search import plan
 
     check_output_path(args.json, "--json", allow_stdout=True)
     specs = [gpu(name) for name in args.gpus]
@@ -63,12 +63,12 @@ def run(args: argparse.Namespace) -> int:
         if args.json == "-":
             sys.stdout.write(text + "\n")
             return 0
-        from ..export import write_text
+        from fuseplanner.planning.export import write_text
 
         write_text(text, args.json)
     from rich.console import Console
 
-    from .plan_table import compare_table, kinds_table
+    from fuseplanner.cli.plan_table import compare_table, kinds_table
 
     con = Console(highlight=False)
     con.print(compare_table(plans))

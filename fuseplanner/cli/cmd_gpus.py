@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from ..specs import GpuSpec, detect, gpu, list_gpus
+from fuseplanner.hw.spec import GpuSpec, detect, gpu, list_gpus
 
 
 def register(subparsers) -> None:

@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
-from ..ir import ModelGraph, Op
-from .common import add_model_arguments, load_from_args
+from fuseplanner.cli.common import add_model_arguments, load_from_args
+from fuseplanner.core.ir import ModelGraph, Op
 
 
 def register(subparsers) -> None:
@@ -68,8 +68,8 @@ def source_opset(graph: ModelGraph) -> int | None:
     """The default-domain opset the model file declares (before any upgrade), when it has a file."""
     if not graph.source:
         return None
-    from ..onnx_import import read_model
-    from ..onnx_shapes import default_opset
+    from fuseplanner.frontend.load import read_model
+    from fuseplanner.frontend.shapes import default_opset
 
     return default_opset(read_model(graph.source)[0])
 

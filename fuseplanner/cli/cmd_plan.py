@@ -7,9 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from ..errors import PlanError
-from ..ir import GROUP_KINDS
-from .common import add_model_arguments, load_from_args, parse_input_shapes
+from fuseplanner.cli.common import add_model_arguments, load_from_args, parse_input_shapes
+from fuseplanner.core.errors import PlanError
+from fuseplanner.core.ir import GROUP_KINDS
 
 DEFAULT_GPU = "h100"
 #: How to read a tile (in `plan --help` and the README).
@@ -65,7 +65,7 @@ def plan_kwargs(args: argparse.Namespace) -> dict:
 
 def resolve_gpu(name: str | None):
     """(GpuSpec, note) for --gpu; without it the local GPU, else h100 with a note saying so."""
-    from .. import specs
+    from fuseplanner.hw import spec as specs
 
     if name:
         return specs.gpu(name), ""
@@ -121,7 +121,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..plans import Plan
+    from fuseplanner.planning.result import Plan
 
     if args.schema:
         sys.stdout.write(json.dumps(Plan.model_json_schema(), indent=2) + "\n")
@@ -130,8 +130,8 @@ def run(args: argparse.Namespace) -> int:
         raise PlanError("give a MODEL (an ONNX file or a bundled name such as mobilenet_v2)")
     for text, opt in ((args.json, "--json"), (args.onnx, "--onnx"), (args.markdown, "--markdown")):
         check_output_path(text, opt, allow_stdout=opt == "--json")
-    from .. import export
-    from ..planner import plan
+    from fuseplanner.planning import export
+    from fuseplanner.planning.search import plan
 
     shapes = parse_input_shapes(args.input_shape)
     spec, note = resolve_gpu(args.gpu)
@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json == "-":
         sys.stdout.write(json_text + "\n")
         return 0
-    from .plan_table import print_plan
+    from fuseplanner.cli.plan_table import print_plan
 
     print_plan(result)
     for path, what in ((args.json, "plan JSON"), (args.markdown, "markdown report"), (args.onnx, "rewritten ONNX")):

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from fuseplanner.cli.common import add_model_arguments, parse_input_shapes, positive_int
-from fuseplanner.errors import ModelError, PlanError
+from fuseplanner.core.errors import ModelError, PlanError
 
 
 def register(subparsers) -> None:

@@ -8,8 +8,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..errors import FusePlannerError
-from .common import parse_input_shapes, positive_int
+from fuseplanner.cli.common import parse_input_shapes, positive_int
+from fuseplanner.core.errors import FusePlannerError
 
 
 def register(subparsers) -> None:
@@ -53,8 +53,9 @@ def register(subparsers) -> None:
 
 
 def _repredicted(args: argparse.Namespace, out: Path) -> dict:
-    from .. import fit, specs
-    from ..report import load_results, write_report
+    from fuseplanner.hw import spec as specs
+    from fuseplanner.validation import fit
+    from fuseplanner.validation.report import load_results, write_report
 
     data = load_results(args.from_results)
     spec = specs.gpu(data["meta"]["gpu"]) if args.gpu == "auto" else resolve_gpu(args.gpu)
@@ -65,8 +66,8 @@ def _repredicted(args: argparse.Namespace, out: Path) -> dict:
 
 def resolve_gpu(name: str):
     """The GpuSpec for --gpu: detected for 'auto', else by name or TOML path."""
-    from .. import specs
-    from ..errors import SpecError
+    from fuseplanner.core.errors import SpecError
+    from fuseplanner.hw import spec as specs
 
     if name != "auto":
         return specs.gpu(name)
@@ -111,7 +112,7 @@ def _print_summary(summary: dict, out: Path | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..report import report_from_results
+    from fuseplanner.validation.report import report_from_results
 
     if args.from_results:
         out = Path(args.out or Path(args.from_results).parent)
@@ -124,21 +125,21 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.model:
         raise FusePlannerError("validate needs MODEL (an ONNX file or bundled model name) or --from-results")
-    from ..kernels import require_device
+    from fuseplanner.kernels import require_device
 
     require_device()  # fail fast, before loading or planning, when there is no GPU
     return _validate(args)
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from ..onnx_import import load_model
-    from ..planner import plan as make_plan
-    from ..validate import validate
+    from fuseplanner.frontend.load import load_model
+    from fuseplanner.planning.search import plan as make_plan
+    from fuseplanner.validation.validate import validate
 
     gpu = resolve_gpu(args.gpu)
     datasheet = None
     if args.calibrate:
-        from ..calibrate import apply_measured, calibrate
+        from fuseplanner.validation.microbench import apply_measured, calibrate
 
         measured = calibrate().measured() if args.calibrate == "now" else resolve_gpu(args.calibrate).measured
         datasheet, gpu = gpu, apply_measured(gpu, measured)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from ..errors import ModelError
+from fuseplanner.core.errors import ModelError
 
 _DIMS = re.compile(r"^\d+([x,]\d+)*$")
 
@@ -54,6 +54,6 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_from_args(args: argparse.Namespace):
     """The ModelGraph named by parsed `add_model_arguments` options."""
-    from ..onnx_import import load_model
+    from fuseplanner.frontend.load import load_model
 
     return load_model(args.model, input_shapes=parse_input_shapes(args.input_shape), batch=args.batch)

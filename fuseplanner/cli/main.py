@@ -12,8 +12,8 @@ import importlib
 import sys
 import warnings
 
-from .. import __version__
-from ..errors import FusePlannerError, ModelNote
+from fuseplanner import __version__
+from fuseplanner.core.errors import FusePlannerError, ModelNote
 
 COMMANDS = ("inspect", "gpus", "plan", "compare", "run", "validate", "calibrate", "analyze")
 

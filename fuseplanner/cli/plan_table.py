@@ -8,9 +8,9 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from ..export import summary_line, totals_rows
-from ..ir import Cost
-from ..plans import CostModel, Plan
+from fuseplanner.core.ir import Cost
+from fuseplanner.planning.export import summary_line, totals_rows
+from fuseplanner.planning.result import CostModel, Plan
 
 #: Op kinds listed one per row among the unfused layers; other (opaque) nodes are summed in one row.
 LISTED_KINDS = ("dw", "pw", "conv", "linear")

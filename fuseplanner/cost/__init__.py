@@ -11,14 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .. import tiles
-from ..errors import PlanError
-from ..ir import Cost, KernelResources, Op, Tile
-from ..specs import GpuSpec
-from ..specs import gpu as _gpu
-from . import paper
-from .layers import VIEW_OPS, stream_cost
-from .model import (
+from fuseplanner.core.errors import PlanError
+from fuseplanner.core.ir import Cost, KernelResources, Op, Tile
+from fuseplanner.cost import paper
+from fuseplanner.cost.layers import VIEW_OPS, stream_cost
+from fuseplanner.cost.model import (
     MEMBERS,
     PRECISIONS,
     context,
@@ -28,9 +25,12 @@ from .model import (
     launch_time,
     launched,
 )
-from .time import blocks_per_sm, mma_rate, warp_rates
-from .traffic import span_union
-from .work import PARAM_BYTES, Work
+from fuseplanner.cost.time import blocks_per_sm, mma_rate, warp_rates
+from fuseplanner.cost.traffic import span_union
+from fuseplanner.cost.work import PARAM_BYTES, Work
+from fuseplanner.hw.spec import GpuSpec
+from fuseplanner.hw.spec import gpu as _gpu
+from fuseplanner.kernels import tiles
 
 KINDS = tuple(MEMBERS)
 MODELS = ("ours", "paper")

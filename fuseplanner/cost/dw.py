@@ -9,12 +9,11 @@ on CUDA cores in fp32 (fp16 storage is widened).
 
 from __future__ import annotations
 
-from .. import tiles
-from ..ir import Tile
-from .requests import tile_write_sectors, window_load_sectors
-from .shapes import Geom
-from .traffic import sectors, span_union
-from .work import (
+from fuseplanner.core.ir import Tile
+from fuseplanner.cost.geometry import Geom
+from fuseplanner.cost.requests import tile_write_sectors, window_load_sectors
+from fuseplanner.cost.traffic import sectors, span_union
+from fuseplanner.cost.work import (
     PARAM_BYTES,
     KernelModel,
     Work,
@@ -26,6 +25,7 @@ from .work import (
     window_sectors,
     window_unique,
 )
+from fuseplanner.kernels import tiles
 
 
 def halo(g: Geom, th: int, tw: int) -> tuple[int, int]:

@@ -28,14 +28,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from .. import tiles
-from ..ir import Tile
-from .dw import dw_weight_sectors, dw_weight_unique, halo
-from .pw import input_unique, pw_weight_unique
-from .requests import tile_write_sectors
-from .shapes import Geom
-from .traffic import plane_windows_sectors, row_sectors, sectors, span_total
-from .work import (
+from fuseplanner.core.ir import Tile
+from fuseplanner.cost.dw import dw_weight_sectors, dw_weight_unique, halo
+from fuseplanner.cost.geometry import Geom
+from fuseplanner.cost.pw import input_unique, pw_weight_unique
+from fuseplanner.cost.requests import tile_write_sectors
+from fuseplanner.cost.traffic import plane_windows_sectors, row_sectors, sectors, span_total
+from fuseplanner.cost.work import (
     PARAM_BYTES,
     KernelModel,
     Work,
@@ -51,6 +50,7 @@ from .work import (
     window_sectors,
     window_unique,
 )
+from fuseplanner.kernels import tiles
 
 
 def expansion_window(gp: Geom, gd: Geom, th: int, tw: int, e: int) -> tuple[float, float, int, int]:

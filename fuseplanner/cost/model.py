@@ -5,12 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 
-from .. import tiles
-from ..errors import PlanError
-from ..ir import DTYPE_BYTES, Cost, KernelResources, Op, Tile, math_mode
-from ..specs import GpuSpec, Hw
-from .dw import DwModel
-from .fused import (
+from fuseplanner.core.errors import PlanError
+from fuseplanner.core.ir import DTYPE_BYTES, Cost, KernelResources, Op, Tile, math_mode
+from fuseplanner.cost.dw import DwModel
+from fuseplanner.cost.fused import (
     DwPwModel,
     PwDwModel,
     PwDwPwModel,
@@ -19,13 +17,15 @@ from .fused import (
     issued_per_block,
     window_epilogue_issue,
 )
-from .pw import PwModel
-from .pw import issued_per_block as pw_issued_per_block
-from .pw import uses_mma as pw_uses_mma
-from .shapes import geom
-from .time import blocks_per_sm, kernel_time, mma_rate, warp_rates
-from .traffic import coresident_share, dram_write_bytes, miss_fraction
-from .work import KernelModel, Work, cdiv, whole_bytes
+from fuseplanner.cost.geometry import geom
+from fuseplanner.cost.pw import PwModel
+from fuseplanner.cost.pw import issued_per_block as pw_issued_per_block
+from fuseplanner.cost.pw import uses_mma as pw_uses_mma
+from fuseplanner.cost.time import blocks_per_sm, kernel_time, mma_rate, warp_rates
+from fuseplanner.cost.traffic import coresident_share, dram_write_bytes, miss_fraction
+from fuseplanner.cost.work import KernelModel, Work, cdiv, whole_bytes
+from fuseplanner.hw.spec import GpuSpec, Hw
+from fuseplanner.kernels import tiles
 
 #: Member op kinds of each kernel kind, in execution order.
 MEMBERS: dict[str, tuple[tuple[str, ...], ...]] = {

@@ -9,12 +9,11 @@ sector-rounded per row segment. Products run on tensor cores for fp16 (and fp32 
 
 from __future__ import annotations
 
-from .. import tiles
-from ..ir import Op, Tile
-from .requests import pw_write_sectors
-from .shapes import Geom, geom
-from .traffic import row_sectors, sectors
-from .work import (
+from fuseplanner.core.ir import Op, Tile
+from fuseplanner.cost.geometry import Geom, geom
+from fuseplanner.cost.requests import pw_write_sectors
+from fuseplanner.cost.traffic import row_sectors, sectors
+from fuseplanner.cost.work import (
     PARAM_BYTES,
     KernelModel,
     Work,
@@ -30,6 +29,7 @@ from .work import (
     whole_bytes,
     whole_map_out_sectors,
 )
+from fuseplanner.kernels import tiles
 
 
 def pw_weight_sectors(g: Geom, tf: int, tc: int, we: int) -> float:

@@ -57,9 +57,9 @@ chain = iters * latency / depth + memory + own compute
 
 from __future__ import annotations
 
-from ..ir import math_mode
-from ..specs import Hw
-from .work import Work
+from fuseplanner.core.ir import math_mode
+from fuseplanner.cost.work import Work
+from fuseplanner.hw.spec import Hw
 
 
 def blocks_per_sm(smem: int, threads: int, regs: int, hw: Hw) -> tuple[int, str]:

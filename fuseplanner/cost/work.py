@@ -19,9 +19,15 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-from ..ir import Tile
-from .shapes import Geom
-from .traffic import plane_windows_sectors, row_sectors, row_union_sectors, sectors, span_union
+from fuseplanner.core.ir import Tile
+from fuseplanner.cost.geometry import Geom
+from fuseplanner.cost.traffic import (
+    plane_windows_sectors,
+    row_sectors,
+    row_union_sectors,
+    sectors,
+    span_union,
+)
 
 #: Bytes per element of the parameters that every kernel keeps in fp32 whatever the storage dtype:
 #: biases (all kernels), and the weights of the dw kernel and of every fused kernel (their products

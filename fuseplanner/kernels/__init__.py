@@ -15,16 +15,24 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Sequence
 
-from .. import tiles
-from ..errors import PlanError, TileError
-from ..ir import GROUP_KINDS, Op, Tile
-from ._build import compile_kernel, kernel_source, kernels_dir, launch, nvcc_report, require_device
-from ._common import device_props, device_spec
+from fuseplanner.core.errors import PlanError, TileError
+from fuseplanner.core.ir import GROUP_KINDS, Op, Tile
+from fuseplanner.kernels import tiles
+from fuseplanner.kernels._build import (
+    compile_kernel,
+    kernel_source,
+    kernels_dir,
+    launch,
+    nvcc_report,
+    require_device,
+)
+from fuseplanner.kernels._common import activation, device_props, device_spec
 
 #: Kernel kinds `run` accepts.
 KERNEL_KINDS = ("dw", "pw", "linear", *GROUP_KINDS)
 
 __all__ = [
+    "activation",
     "KERNEL_KINDS",
     "compile_kernel",
     "device_props",
@@ -52,7 +60,7 @@ def check_tile(kind: str, ops: Sequence[Op], tile: Tile, dtype: str = "fp32", gp
     if len(ops) != len(_members(kind)):
         raise PlanError(f"kernel kind {kind} takes {len(_members(kind))} ops, got {len(ops)}")
     if gpu is None:
-        from ._common import device_spec
+        from fuseplanner.kernels._common import device_spec
 
         gpu = device_spec(require_device())
     reason = tiles.check(kind, ops, tile, dtype, gpu)
@@ -63,7 +71,7 @@ def check_tile(kind: str, ops: Sequence[Op], tile: Tile, dtype: str = "fp32", gp
 def _with_batch(ops: Sequence[Op], kind: str, x) -> tuple[Op, ...]:
     """The ops with their batch set to the batch of `x` (so shapes and costs describe this run)."""
     if kind == "linear" or ops[0].kind == "linear":
-        from ._common import linear_dims
+        from fuseplanner.kernels._common import linear_dims
 
         n = linear_dims(x.shape)[0] if len(x.shape) >= 3 else None
         return tuple(o.with_batch(n) if n is not None and len(o.in_shape) >= 3 else o for o in ops)
@@ -71,11 +79,11 @@ def _with_batch(ops: Sequence[Op], kind: str, x) -> tuple[Op, ...]:
 
 
 def _preparer(kind: str) -> Callable:
-    from . import lbl
+    from fuseplanner.kernels import lbl
 
     if kind in ("dw", "pw", "linear"):
         return getattr(lbl, f"prepare_{kind}")
-    fused = importlib.import_module(".fused", __name__)
+    fused = importlib.import_module("fuseplanner.kernels.fused")
     prep = getattr(fused, f"prepare_{kind}", None)
     if prep is not None:
         return prep

@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..errors import DeviceError
+from fuseplanner.core.errors import DeviceError
 
 #: Default NVRTC options: C++17, full-precision math (epilogues must match the float64 reference).
 DEFAULT_OPTIONS = ("-std=c++17",)

@@ -9,8 +9,8 @@ import functools
 from collections.abc import Sequence
 from types import SimpleNamespace
 
-from ..errors import PlanError
-from ..ir import Op
+from fuseplanner.core.errors import PlanError
+from fuseplanner.core.ir import Op
 
 #: ACT define values (kernels/common.cuh) by canonical epilogue name.
 ACT_CODES = {
@@ -149,10 +149,10 @@ def _null(cp):
 
 
 def device_spec(cp):
-    """The GpuSpec of the current device: `fuseplanner.specs.detect()` when available, else the fields
+    """The GpuSpec of the current device: `fuseplanner.hw.spec.detect()` when available, else the fields
     tiles.check needs read off the device properties."""
     try:
-        from .. import specs
+        from fuseplanner.hw import spec as specs
 
         return specs.detect()
     except (ImportError, AttributeError):

@@ -1,7 +1,7 @@
 """Fused kernels: PW->DW, DW->PW, PW->PW (also linear->act->linear) and PW->DW->PW (kernels/fused_*.cu).
 
 Each `prepare_<kind>` checks the arrays against the member ops, derives the kernel's compile-time
-configuration from the tile (layout per `fuseplanner.tiles`, the GEMM back end from dtype and
+configuration from the tile (layout per `fuseplanner.kernels.tiles`, the GEMM back end from dtype and
 precision, the per-thread or per-warp work split) and returns a `Launch`; `run_<kind>` prepares and
 runs. The tile must already have passed `tiles.check` (`fuseplanner.kernels.run` does that).
 
@@ -18,12 +18,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .. import tiles
-from ..errors import PlanError
-from ..ir import Op, Tile, math_mode
-from ..tiles import fma_group, mma_group
-from . import _build
-from ._common import (
+from fuseplanner.core.errors import PlanError
+from fuseplanner.core.ir import Op, Tile, math_mode
+from fuseplanner.kernels import _build, tiles
+from fuseplanner.kernels._common import (
     ACT_CODES,
     activation,
     bias_as,
@@ -38,7 +36,8 @@ from ._common import (
     tf32_rounded,
     weight_as,
 )
-from .lbl import Launch
+from fuseplanner.kernels.lbl import Launch
+from fuseplanner.kernels.tiles import fma_group, mma_group
 
 
 def _rup(a: int, b: int) -> int:

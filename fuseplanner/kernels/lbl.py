@@ -13,12 +13,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import tiles
-from ..cost.work import cdiv
-from ..errors import PlanError
-from ..ir import Op, Tile, dtype_bytes
-from . import _build
-from ._common import (
+from fuseplanner.core.errors import PlanError
+from fuseplanner.core.ir import Op, Tile, dtype_bytes
+from fuseplanner.cost.work import cdiv
+from fuseplanner.kernels import _build, tiles
+from fuseplanner.kernels._common import (
     bias_as,
     check_array,
     check_precision,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fuseplanner.errors import DeviceError
+from fuseplanner.core.errors import DeviceError
 
 #: Relative L2 error allowed per output, by (dtype, precision).
 TOLERANCES = {("fp32", "fp32"): 1e-4, ("fp32", "tf32"): 5e-3, ("fp16", "fp32"): 2e-2}

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from fuseplanner.errors import DeviceError, ModelError, PlanError
+from fuseplanner.core.errors import DeviceError, ModelError, PlanError
 from fuseplanner.run import program as program_mod
 from fuseplanner.run.program import KernelStep, Program, build_program, precheck_supported
 from fuseplanner.run.runtime import Bound, bind
@@ -135,9 +135,9 @@ class CompiledModel:
 
 def _load_model(model, input_shapes, batch, seed: int):
     """(shape-inferred full ModelProto, ModelGraph, name) with every weight inline."""
-    from fuseplanner.onnx_import import build_graph, read_model
-    from fuseplanner.onnx_shapes import prepare
-    from fuseplanner.onnx_view import GraphView
+    from fuseplanner.frontend.load import build_graph, read_model
+    from fuseplanner.frontend.shapes import prepare
+    from fuseplanner.frontend.view import GraphView
     from fuseplanner.run.weights import materialize
 
     proto, name, path = read_model(model)
@@ -162,7 +162,7 @@ def check_plan(plan, graph, gpu_name: str, dtype: str, precision: str, batch: in
 
 
 def _spec(spec, device: str):
-    from fuseplanner.specs import detect, gpu
+    from fuseplanner.hw.spec import detect, gpu
 
     if spec in (None, "auto"):
         found = detect() if device == "gpu" else None
@@ -189,8 +189,8 @@ def compile(model, spec=None, plan=None, *, dtype: str = "fp32", precision: str 
 
         require_device()
     gpu_spec = _spec(spec, device)
-    from fuseplanner.planner import model_batch
-    from fuseplanner.planner import plan as make_plan
+    from fuseplanner.planning.search import model_batch
+    from fuseplanner.planning.search import plan as make_plan
 
     if plan is None:
         plan = make_plan(graph, gpu_spec, dtype=dtype, precision=precision, kinds=None if fuse else [])
@@ -213,7 +213,7 @@ def load_plan(path: str | Path):
     """A Plan from a JSON file; PlanError (one line) when it is missing or not a plan."""
     from pydantic import ValidationError
 
-    from fuseplanner.plans import Plan
+    from fuseplanner.planning.result import Plan
 
     p = Path(path)
     if not p.is_file():

@@ -14,9 +14,9 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from fuseplanner.errors import ModelError
-from fuseplanner.onnx_shapes import constant_node_tensor
-from fuseplanner.onnx_view import GraphView
+from fuseplanner.core.errors import ModelError
+from fuseplanner.frontend.shapes import constant_node_tensor
+from fuseplanner.frontend.view import GraphView
 
 
 def _opsets(model: onnx.ModelProto) -> list[onnx.OperatorSetIdProto]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fuseplanner.errors import DeviceError
+from fuseplanner.core.errors import DeviceError
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from fuseplanner.errors import PlanError
+from fuseplanner.core.errors import PlanError
 
 #: Byte alignment of every buffer in the arena (covers 16-byte vector loads and cuBLAS's preference).
 ALIGNMENT = 256

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from fuseplanner.errors import ModelError, PlanError
-from fuseplanner.ir import ModelGraph, Op, Tile
-from fuseplanner.onnx_view import GraphView
+from fuseplanner.core.errors import ModelError, PlanError
+from fuseplanner.core.ir import ModelGraph, Op, Tile
+from fuseplanner.frontend.view import GraphView
 from fuseplanner.run.constants import fold_constants
 from fuseplanner.run.weights import fold
 
@@ -135,7 +135,7 @@ def _node_issue(view: GraphView, node: onnx.NodeProto) -> str | None:
 
 def kernel_issue(view: GraphView, names: Mapping[str, int], ops: Sequence[Op]) -> str | None:
     """Why a planned kernel over `ops` would not compute exactly what the ONNX nodes do, or None."""
-    from fuseplanner.kernels._common import activation
+    from fuseplanner.kernels import activation
 
     for op in ops:
         try:

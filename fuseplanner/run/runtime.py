@@ -3,7 +3,7 @@
 `bind(program, xp, ...)` places every activation tensor in one `xp` arena by the static memory plan
 (views alias their input's buffer), uploads the constants library steps read, and prepares each step
 once: planned kernels with `fuseplanner.kernels.prepare` on the arena views (GPU), or the float64
-`fuseplanner.reference` cast to the storage dtype (CPU); library steps with the operator library's
+`fuseplanner.validation.reference` cast to the storage dtype (CPU); library steps with the operator library's
 `prepare`. Running the runners in order is one inference: no allocation by the executor itself,
 no host synchronisation.
 """
@@ -80,7 +80,7 @@ def _kernel_runner(xp, step: KernelStep, views, program: Program, gpu: bool):
         launch = kernels.prepare(step.kind, step.ops, step.tile, x, params, dtype=program.dtype,
                                  precision=program.precision, residual=res, out=out)  # fmt: skip
         return lambda: launch()
-    from fuseplanner.reference import reference
+    from fuseplanner.validation.reference import reference
 
     def run() -> None:
         out[...] = reference(step.kind, step.ops, x, step.params, res).astype(out.dtype)

@@ -35,9 +35,9 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from fuseplanner.errors import ModelError
-from fuseplanner.ir import Op
-from fuseplanner.onnx_view import GraphView
+from fuseplanner.core.errors import ModelError
+from fuseplanner.core.ir import Op
+from fuseplanner.frontend.view import GraphView
 
 #: Ops that pass a constant through unchanged in value (followed to find what consumes a weight).
 _PASS = ("Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transpose")

@@ -11,7 +11,7 @@ cp = pytest.importorskip("cupy", reason="CuPy is not installed: GPU executor tes
 if not cp.cuda.is_available():
     pytest.skip("no CUDA device visible: GPU executor tests skipped", allow_module_level=True)
 
-from fuseplanner.onnx_import import bundled_models  # noqa: E402
+from fuseplanner.frontend.load import bundled_models  # noqa: E402
 from fuseplanner.run.check import compare, reference_outputs  # noqa: E402
 from fuseplanner.run.compiled import compile, onnx_model  # noqa: E402
 

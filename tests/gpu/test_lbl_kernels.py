@@ -16,11 +16,11 @@ cp = pytest.importorskip("cupy", reason="CuPy is not installed: GPU kernel tests
 if not cp.cuda.is_available():
     pytest.skip("no CUDA device visible: GPU kernel tests skipped", allow_module_level=True)
 
-from fuseplanner import kernels, tiles  # noqa: E402
-from fuseplanner.errors import TileError  # noqa: E402
-from fuseplanner.ir import Op, Tile  # noqa: E402
-from fuseplanner.kernels import device_spec  # noqa: E402
-from fuseplanner.reference import random_params, reference  # noqa: E402
+from fuseplanner import kernels  # noqa: E402
+from fuseplanner.core.errors import TileError  # noqa: E402
+from fuseplanner.core.ir import Op, Tile  # noqa: E402
+from fuseplanner.kernels import device_spec, tiles  # noqa: E402
+from fuseplanner.validation.reference import random_params, reference  # noqa: E402
 
 TOL = {("fp32", "fp32"): 1e-5, ("fp32", "tf32"): 2e-3, ("fp16", "fp32"): 1e-2}
 ACTS = ("relu6", "relu", "hardswish", "silu", "gelu", "sigmoid", "hardsigmoid", "leakyrelu", None)

@@ -9,8 +9,8 @@ cp = pytest.importorskip("cupy", reason="CuPy is not installed: GPU placement te
 if not cp.cuda.is_available():
     pytest.skip("no CUDA device visible: GPU placement tests skipped", allow_module_level=True)
 
-from fuseplanner import specs  # noqa: E402
-from fuseplanner.measure import probe_placement  # noqa: E402
+from fuseplanner.hw import spec as specs  # noqa: E402
+from fuseplanner.validation.timing import probe_placement  # noqa: E402
 
 GPU = specs.detect() or specs.gpu("h100")
 

@@ -17,8 +17,10 @@ if not cp.cuda.is_available():
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import graphs as G  # noqa: E402
 
-from fuseplanner import ncu, planner, specs  # noqa: E402
-from fuseplanner.validate import validate  # noqa: E402
+from fuseplanner.hw import spec as specs  # noqa: E402
+from fuseplanner.planning import search as planner  # noqa: E402
+from fuseplanner.validation import ncu  # noqa: E402
+from fuseplanner.validation.validate import validate  # noqa: E402
 
 GPU = specs.detect() or specs.gpu("h100")
 

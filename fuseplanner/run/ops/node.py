@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from fuseplanner.errors import ModelError
+from fuseplanner.core.errors import ModelError
 
 
 def _decode(attr: onnx.AttributeProto) -> Any:

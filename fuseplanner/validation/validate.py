@@ -21,7 +21,7 @@ float64 NumPy reference; then it is timed with CUDA events (warm-up, median of `
 L2 flushed before each run (cold) and without (warm). Traffic comes from Nsight Compute counters when
 available (a subprocess re-runs the items between marker kernels, ``--cache-control all`` for cold and
 ``none`` for warm); otherwise the run is counter-free and records the effective bandwidth (modelled
-bytes / measured time), labelled as such. Results go through `fuseplanner.report`.
+bytes / measured time), labelled as such. Results go through `fuseplanner.validation.report`.
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ from typing import Any
 
 import numpy as np
 
-from . import ncu as ncu_mod
-from . import report as report_mod
-from . import tiles as tiles_mod
-from .errors import DeviceError, FusePlannerError
-from .ir import Cost, KernelResources, ModelGraph, Op, Tile
+from fuseplanner.core.errors import DeviceError, FusePlannerError
+from fuseplanner.core.ir import Cost, KernelResources, ModelGraph, Op, Tile
+from fuseplanner.kernels import tiles as tiles_mod
+from fuseplanner.validation import ncu as ncu_mod
+from fuseplanner.validation import report as report_mod
 
 #: Relative-error tolerance of a result against the float64 reference, by (dtype, precision).
 TOLERANCE = {("fp32", "fp32"): 1e-5, ("fp32", "tf32"): 2e-3, ("fp16", "fp32"): 1e-2}
@@ -114,7 +114,7 @@ def _ops(graph: ModelGraph, names: Iterable[str], batch: int) -> tuple[Op, ...]:
 
 
 def _search(ctx: Context):
-    from .planner import TileSearch
+    from fuseplanner.planning.search import TileSearch
 
     if "search" not in ctx.cache:
         ctx.cache["search"] = TileSearch(ctx.gpu, ctx.dtype, ctx.batch, ctx.objective, "ours", ctx.precision)
@@ -135,7 +135,7 @@ def _unfused_steps(ops: Sequence[Op], residual: bool, ctx: Context) -> tuple[Ste
 
 def _estimator() -> Callable[..., Cost]:
     """`fuseplanner.cost.estimate`, imported lazily (tests substitute a transparent model here)."""
-    from .cost import estimate
+    from fuseplanner.cost import estimate
 
     return estimate
 
@@ -214,7 +214,7 @@ def build_items(graph: ModelGraph, plan, ctx: Context, *, sweep: bool = False,
     """Items to measure for `plan`, the group table for decisions, and what was skipped (with reasons).
     `sweep`: also other tiles of each group and the candidates the planner rejected; `layers`: also
     other tiles of every tiled layer (standalone, and each group member alone)."""
-    from .graph import find_candidates
+    from fuseplanner.planning.candidates import find_candidates
 
     # a group with and without its residual Add has the same members: key by both
     cands = {(c.members, c.absorbed): c for c in find_candidates(graph, plan.kinds or None).groups}
@@ -287,7 +287,7 @@ def steps_cost(steps: Iterable[Step], dtype: str, batch: int, gpu: Any, precisio
 
 def _overlap(gpu: Any) -> float:
     """The spec's `launch_overlap_s` (`gpu`: a spec, or a bundled spec's name or a TOML path)."""
-    from .specs import gpu as named
+    from fuseplanner.hw.spec import gpu as named
 
     return float((gpu if hasattr(gpu, "eff") else named(gpu)).eff("launch_overlap_s"))
 
@@ -328,7 +328,7 @@ def make_case(item: Item, ctx: Context, seed: int):
     Values are rounded to the storage dtype first, so the float64 reference sees exactly the numbers
     the kernel reads.
     """
-    from . import reference
+    from fuseplanner.validation import reference
 
     rng = np.random.default_rng(seed)
     st = _storage(ctx.dtype)
@@ -353,7 +353,7 @@ class Prepared:
     """An item's launches bound to device arrays: call `run()` to launch every step once."""
 
     def __init__(self, cp, item: Item, ctx: Context, case):
-        from . import kernels
+        from fuseplanner import kernels
 
         x, params, res = case
         st = _storage(ctx.dtype)
@@ -396,7 +396,7 @@ def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
 
 def check(cp, prepared: Prepared, item: Item, case, ctx: Context) -> dict[str, Any]:
     """Run once on NaN-poisoned outputs and compare with the float64 reference."""
-    from . import reference
+    from fuseplanner.validation import reference
 
     x, params, res = case
     prepared.poison()
@@ -421,7 +421,7 @@ def _timing_dict(t: Any, prefix: str) -> dict[str, float]:
 
 def time_item(prepared: Prepared, ctx: Context) -> dict[str, float]:
     """Cold (L2 flushed) and warm CUDA-event medians of the item's launches."""
-    from .measure import time_kernel
+    from fuseplanner.validation.timing import time_kernel
 
     out = {}
     for flush, prefix in ((True, "time_cold"), (False, "time_warm")):
@@ -435,7 +435,7 @@ def compiled_kernels(prepared: Prepared, item: Item, ctx: Context,
     (registers, local memory: spills) and the blocks per SM these allow on `ctx.gpu`, beside the
     registers and blocks per SM the cost model assumed (`model_regs`, `model_blocks_per_sm`, from
     `modelled`: the per-launch resources of the item's cost)."""
-    from .cost.time import blocks_per_sm
+    from fuseplanner.cost.time import blocks_per_sm
 
     out = []
     for i, launch in enumerate(prepared.launches):
@@ -487,7 +487,7 @@ def ncu_worker(job_path: str, warm: bool) -> None:
     """Entry of the profiled subprocess: each item between the begin/end marker kernels, after one
     unmarked run when `warm` (so L2 holds what the item last touched). Items that fail to run leave an
     empty marked region."""
-    from .kernels import require_device
+    from fuseplanner.kernels import require_device
 
     cp = require_device()
     job = pickle.loads(Path(job_path).read_bytes())
@@ -521,7 +521,7 @@ def profile_items(items: Sequence[Item], ctx: Context, work_dir: Path, timeout_s
     root = str(Path(fuseplanner.__file__).resolve().parent.parent)  # the checkout, wherever this module sits
     out: dict[str, list[ncu_mod.Traffic]] = {}
     for mode, cache in (("cold", "all"), ("warm", "none")):
-        argv = ncu_mod.python_argv("fuseplanner.validate", "--ncu-worker", str(job), mode)
+        argv = ncu_mod.python_argv("fuseplanner.validation.validate", "--ncu-worker", str(job), mode)
         recs = ncu_mod.profile(argv, cache=cache, kernel_regex=KERNEL_REGEX, timeout_s=timeout_s, cwd=root)
         regions = ncu_mod.split_by_markers(recs)
         if len(regions) != len(items):
@@ -586,7 +586,7 @@ def peaks(gpu: Any, dtype: str) -> dict[str, float | None]:
 
 
 def _versions(cp) -> dict[str, str]:
-    from . import __version__
+    from fuseplanner import __version__
 
     v = {"fuseplanner": __version__, "python": platform.python_version(), "numpy": np.__version__}
     try:
@@ -637,7 +637,7 @@ def validate(graph: ModelGraph, gpu: Any, plan, *, tiles: str = "planned", dtype
     Writes results.json, report.md and PNG plots to `out_dir` when given; returns the results
     document (with its summary). Raises DeviceError without a usable CUDA device.
     """
-    from .kernels import require_device
+    from fuseplanner.kernels import require_device
 
     if tiles not in TILE_MODES:
         raise FusePlannerError(f"tiles must be one of {', '.join(TILE_MODES)}, got {tiles!r}")
@@ -711,7 +711,7 @@ def _main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[0] == "--ncu-worker" and argv[2] in ("cold", "warm"):
         ncu_worker(argv[1], warm=argv[2] == "warm")
         return 0
-    sys.stderr.write("usage: python -m fuseplanner.validate --ncu-worker JOB cold|warm (internal)\n")
+    sys.stderr.write("usage: python -m fuseplanner.validation.validate --ncu-worker JOB cold|warm (internal)\n")
     return 2
 
 

@@ -7,7 +7,7 @@ Each figure is a median over repeated CUDA-event-timed runs:
   per second, the convention of the datasheet figure and of BACKGROUND section 4);
 - ``l2_bw``: repeated L2-only reads (``ld.global.cg``, bypassing L1) of a buffer a quarter of L2;
 - ``launch_overhead``: an empty kernel timed alone between two events after an L2 flush (the floor
-  under any single-kernel time measured the way `fuseplanner.validate` times cold runs); the warm
+  under any single-kernel time measured the way `fuseplanner.validation.validate` times cold runs); the warm
   figure and the back-to-back launch interval of many empty kernels are reported beside it;
 - ``fp32_flops`` / ``fp16_flops``: independent FMA chains (fp32 ``fmaf``, fp16 ``__hfma2``), no tensor
   cores, enough blocks to fill every SM.
@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import DeviceError
+from fuseplanner.core.errors import DeviceError
 
-#: Our measurement name -> the GpuSpec field it overrides (see `fuseplanner.specs`).
+#: Our measurement name -> the GpuSpec field it overrides (see `fuseplanner.hw.spec`).
 SPEC_FIELDS = {
     "dram_bw_bytes_per_s": "dram_bw_bytes_per_s",
     "l2_bw_bytes_per_s": "l2_bw_bytes_per_s",
@@ -110,15 +110,15 @@ class Calibration:
 
 
 def _module():
-    from .kernels._build import require_device
+    from fuseplanner.kernels._build import require_device
 
     cp = require_device()
     return cp, cp.RawModule(code=_SOURCE, options=("-std=c++17",))
 
 
 def _time(cp, fn: Callable[[], None], repeat: int, warmup: int = 3, flush_l2: bool = False) -> float:
-    """Median seconds of `fn` between two CUDA events (`fuseplanner.measure.time_kernel`)."""
-    from .measure import time_kernel
+    """Median seconds of `fn` between two CUDA events (`fuseplanner.validation.timing.time_kernel`)."""
+    from fuseplanner.validation.timing import time_kernel
 
     return time_kernel(fn, warmup=warmup, repeat=repeat, flush_l2=flush_l2).median_s
 
@@ -307,9 +307,9 @@ def apply(spec: Any, cal: Calibration) -> Any:
 
 def apply_measured(spec: Any, values: Mapping[str, float]) -> Any:
     """A new GpuSpec like `spec` with `values` merged into its measured overrides; kernel parameters
-    among them (`kernel_fit.PARAMS`) replace the values of its fit, unvalidated: `fuseplanner.fit`
+    among them (`kernel_fit.PARAMS`) replace the values of its fit, unvalidated: `fuseplanner.validation.fit`
     explores values beyond the schema's bounds and clamps what it keeps."""
-    from .kernel_fit import PARAMS
+    from fuseplanner.hw.kernel_fit import PARAMS
 
     params = {k: float(v) for k, v in values.items() if k in PARAMS}
     measured = {**dict(getattr(spec, "measured", None) or {}), **{k: v for k, v in values.items() if k not in PARAMS}}

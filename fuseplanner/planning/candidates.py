@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from .ir import GROUP_KINDS, ModelGraph, Op
+from fuseplanner.core.ir import GROUP_KINDS, ModelGraph, Op
 
 #: Member-kind sequences that a fused kernel implements, by group kind.
 PATTERNS: dict[tuple[str, ...], str] = {

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .kernels._build import require_device
+from fuseplanner.kernels._build import require_device
 
 #: Bytes written to flush L2 between timed runs, as a multiple of the L2 size.
 FLUSH_FACTOR = 2
@@ -163,7 +163,7 @@ def probe_placement(blocks: int, threads: int, smem_bytes: int, cluster: int = 1
     """Launch kernels/probe_placement.cu with `blocks` blocks of `threads` threads, each holding
     `smem_bytes` of dynamic shared memory, in thread-block clusters of `cluster` (1: none); every
     block spins `spin_us`. Returns where and when the blocks ran (after one untimed warm-up launch)."""
-    from .kernels._build import compile_kernel, launch
+    from fuseplanner.kernels._build import compile_kernel, launch
 
     if blocks % cluster:
         raise ValueError(f"{blocks} blocks do not split into clusters of {cluster}")

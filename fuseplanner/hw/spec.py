@@ -7,7 +7,7 @@ Each GPU is one TOML file (`gpu_specs/<stem>.toml`, bundled as package data) in 
   estimates are also listed in ``estimated``). An optional ``[measured]`` table, written by
   calibration, overrides datasheet values: the cost models read effective values through
   `GpuSpec.eff` / `GpuSpec.hw`, never the raw datasheet fields;
-- its kernel fit (`fuseplanner.kernel_fit.KernelFit`): its own ``[fit]`` table, or another spec's
+- its kernel fit (`fuseplanner.hw.kernel_fit.KernelFit`): its own ``[fit]`` table, or another spec's
   fit named by ``fit_from`` (borrowed; `GpuSpec.warnings` says so).
 """
 
@@ -23,8 +23,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import SpecError
-from .kernel_fit import PARAMS, KernelFit
+from fuseplanner.core.errors import SpecError
+from fuseplanner.hw.kernel_fit import PARAMS, KernelFit
 
 #: Datasheet fields that a ``[measured]`` table may override (calibrate measures some of them).
 MEASURABLE = (
@@ -159,7 +159,7 @@ class GpuSpec(BaseModel):
     fit_from: str | None = Field(
         default=None,
         description="the bundled spec name (or TOML path) whose kernel fit this GPU borrows; None: its own [fit]")
-    fit: KernelFit = Field(description="the fitted kernel parameters (fuseplanner.kernel_fit)")
+    fit: KernelFit = Field(description="the fitted kernel parameters (fuseplanner.hw.kernel_fit)")
     sources: dict[str, str] = Field(default_factory=dict)
     measured: dict[str, float] = Field(default_factory=dict)
 

@@ -13,7 +13,7 @@
    component of overlapping groups by exhaustive branch and bound when small, otherwise by a 0/1
    integer program (`scipy.optimize.milp`, zero optimality gap).
 
-`plan` never mutates the graph; it returns a `fuseplanner.plans.Plan`.
+`plan` never mutates the graph; it returns a `fuseplanner.planning.result.Plan`.
 """
 
 from __future__ import annotations
@@ -27,10 +27,16 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
-from . import tiles as tiles_mod
-from .errors import PlanError
-from .graph import Candidate, LayerResidual, epilogue_names, find_candidates, layer_residuals
-from .ir import DTYPE_BYTES, GROUP_KINDS, INFEASIBLE, Cost, ModelGraph, Op, Tile
+from fuseplanner.core.errors import PlanError
+from fuseplanner.core.ir import DTYPE_BYTES, GROUP_KINDS, INFEASIBLE, Cost, ModelGraph, Op, Tile
+from fuseplanner.kernels import tiles as tiles_mod
+from fuseplanner.planning.candidates import (
+    Candidate,
+    LayerResidual,
+    epilogue_names,
+    find_candidates,
+    layer_residuals,
+)
 
 OBJECTIVES = ("time", "gma", "dram")
 COST_MODELS = ("ours", "paper")
@@ -41,7 +47,7 @@ TILED_KINDS = ("dw", "pw", "linear")
 
 def _cost_functions() -> tuple[Callable[..., Cost], Callable[..., Cost]]:
     """The cost model's (estimate, estimate_op); imported lazily so the planner module loads fast."""
-    from .cost import estimate, estimate_op
+    from fuseplanner.cost import estimate, estimate_op
 
     return estimate, estimate_op
 
@@ -49,7 +55,7 @@ def _cost_functions() -> tuple[Callable[..., Cost], Callable[..., Cost]]:
 def _fast_search(estimate: Callable[..., Cost]) -> Callable[..., tuple] | None:
     """`cost.best_tile`, the search that ranks tiles without a `Cost` per tile, when `estimate` is
     the cost model's own (it computes the same numbers); None for any other estimate."""
-    from . import cost
+    from fuseplanner import cost
 
     return cost.best_tile if estimate is cost.estimate else None
 
@@ -388,7 +394,7 @@ def model_batch(graph: ModelGraph) -> int:
 
 def _resolve_gpu(gpu):
     if isinstance(gpu, str):
-        from .specs import gpu as load_gpu
+        from fuseplanner.hw.spec import gpu as load_gpu
 
         return load_gpu(gpu)
     if gpu is None or not hasattr(gpu, "name"):
@@ -435,7 +441,7 @@ def plan(
     the usable CPUs when the model has many distinct kernels; 1 searches in this process, e.g. in a
     threaded server where forking is unwelcome). Returns a `Plan`.
     """
-    from .plans import CostModel, GroupPlan, LayerPlan, Plan, RejectedPlan, Totals
+    from fuseplanner.planning.result import CostModel, GroupPlan, LayerPlan, Plan, RejectedPlan, Totals
 
     allowed = _check_options(dtype, batch, objective, kinds, model, precision)
     spec = _resolve_gpu(gpu)
@@ -580,7 +586,7 @@ def _fmt(v: float, objective: str) -> str:
 
 
 def _rejected(cand: Candidate, stage: str, reason: str):
-    from .plans import RejectedPlan
+    from fuseplanner.planning.result import RejectedPlan
 
     return RejectedPlan(kind=cand.kind, nodes=list(cand.members), absorbed=list(cand.absorbed), stage=stage, reason=reason)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .onnx_view import GraphView
+from fuseplanner.frontend.view import GraphView
 
 #: Canonical activation names (the kernels apply at most one, after bias/BN).
 ACTIVATIONS = ("relu", "relu6", "clip", "hardswish", "hardsigmoid", "sigmoid", "silu", "gelu", "leakyrelu")

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from .ir import Tile
+from fuseplanner.core.ir import Tile
 
 #: Registers a thread needs beyond its accumulators in the fallback estimate.
 BASE_REGS = 40

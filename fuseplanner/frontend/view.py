@@ -15,7 +15,13 @@ from collections.abc import Iterator
 import numpy as np
 import onnx
 
-from .onnx_shapes import Shape, constant_node_tensor, initializer_names, inline_value, shape_table
+from fuseplanner.frontend.shapes import (
+    Shape,
+    constant_node_tensor,
+    initializer_names,
+    inline_value,
+    shape_table,
+)
 
 _SHAPE_ONLY = ("Shape", "Size")
 #: Ops that pass a constant through unchanged (followed when reading a small constant's value).

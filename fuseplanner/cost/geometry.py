@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import NamedTuple
 
-from ..ir import Op
+from fuseplanner.core.ir import Op
 
 #: Epilogue names that make the kernel read a per-channel bias (folded BatchNorm becomes a bias).
 BIAS_EPILOGUES = ("bias", "bn")

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 
 import onnx
 
-from fuseplanner.errors import ModelError
-from fuseplanner.onnx_shapes import activation_inputs, dims_of, shape_table
+from fuseplanner.core.errors import ModelError
+from fuseplanner.frontend.shapes import activation_inputs, dims_of, shape_table
 
 #: Ops that keep the channel count of their input (walked through to reach the first conv).
 _CHANNEL_PRESERVING = {"Sub", "Div", "Mul", "Add", "Cast", "Identity", "Relu", "Clip", "BatchNormalization"}

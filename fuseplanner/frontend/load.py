@@ -19,12 +19,12 @@ import networkx as nx
 import onnx
 from google.protobuf.message import DecodeError
 
-from .epilogues import absorb
-from .errors import ModelError
-from .ir import ModelGraph, Op, TensorInfo
-from .onnx_ops import OpFields, dtype_name, node_fields
-from .onnx_shapes import activation_inputs, default_opset, prepare
-from .onnx_view import GraphView
+from fuseplanner.core.errors import ModelError
+from fuseplanner.core.ir import ModelGraph, Op, TensorInfo
+from fuseplanner.frontend.epilogues import absorb
+from fuseplanner.frontend.ops import OpFields, dtype_name, node_fields
+from fuseplanner.frontend.shapes import activation_inputs, default_opset, prepare
+from fuseplanner.frontend.view import GraphView
 
 ModelSource = str | os.PathLike | onnx.ModelProto
 

@@ -36,8 +36,8 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import NamedTuple
 
-from . import registers
-from .ir import Op, Tile, dtype_bytes, math_mode
+from fuseplanner.core.ir import Op, Tile, dtype_bytes, math_mode
+from fuseplanner.kernels import registers
 
 #: Buffering depth of streamed chunks (input/weight chunks of PW-like loops).
 STAGES = 2

@@ -2,8 +2,8 @@
 
 A `Plan` lists the fused groups (`GroupPlan`: kind, member nodes, epilogue nodes, tile, fused and
 unfused cost), the layers left unfused (`LayerPlan`), the candidates that were not fused with the
-reason (`RejectedPlan`), and the totals. Tiles are `fuseplanner.ir.Tile` records; costs are stored as
-`CostModel` (the JSON form of `fuseplanner.ir.Cost`, with `gma_bytes`/`dram_bytes` spelled out) and
+reason (`RejectedPlan`), and the totals. Tiles are `fuseplanner.core.ir.Tile` records; costs are stored as
+`CostModel` (the JSON form of `fuseplanner.core.ir.Cost`, with `gma_bytes`/`dram_bytes` spelled out) and
 converted back with `.to_cost()`.
 """
 
@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .ir import Cost, KernelResources, Tile
+from fuseplanner.core.ir import Cost, KernelResources, Tile
 
 SCHEMA_VERSION = 1
 Objective = Literal["time", "gma", "dram"]

@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper, shape_inference
 
-from .errors import ModelError, ModelNote
+from fuseplanner.core.errors import ModelError, ModelNote
 
 #: The opset the importer normalises to.
 TARGET_OPSET = 18
@@ -334,9 +334,9 @@ def prepare(
     """Upgrade, pin inputs, override batch and infer shapes; raise ModelError for unknown input dims."""
     if batch is not None and int(batch) <= 0:
         raise ModelError(f"batch must be a positive integer, got {batch}")
-    from fuseplanner.fold import fold_and_infer
-    from fuseplanner.rebatch import export_batch, rebatch_reshapes, reshape_shapes
-    from fuseplanner.shape_errors import check_input_channels
+    from fuseplanner.frontend.fold import fold_and_infer
+    from fuseplanner.frontend.rebatch import export_batch, rebatch_reshapes, reshape_shapes
+    from fuseplanner.frontend.shape_errors import check_input_channels
 
     check_versions(model)
     model = copy.deepcopy(model)

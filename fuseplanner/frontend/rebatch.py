@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from fuseplanner.onnx_shapes import Shape, inline_value, shape_table
+from fuseplanner.frontend.shapes import Shape, inline_value, shape_table
 
 #: Reshape output name -> (input element count, output dims) at the export batch.
 ExportShapes = Mapping[str, tuple[int, tuple[int, ...]]]
@@ -66,7 +66,7 @@ def _resolve(target: list[int], in_shape: tuple[int, ...]) -> tuple[int, ...] | 
 
 
 def _constant_values(model: onnx.ModelProto) -> dict[str, onnx.TensorProto]:
-    from fuseplanner.onnx_shapes import constant_node_tensor
+    from fuseplanner.frontend.shapes import constant_node_tensor
 
     values = {t.name: t for t in model.graph.initializer}
     for node in model.graph.node:

@@ -3,7 +3,7 @@
 The cost model's time and traffic terms for fuseplanner's own kernels (achieved FLOPs per warp per
 clock, warp exponents, co-residency, issue caps, operand-load weights, fixed launch times, the fuse
 threshold) are properties of the kernels' instruction mix on one GPU, fitted to measured kernel
-sequences by `fuseplanner calibrate --from-results` (`fuseplanner.fit`). A GPU spec carries one fit:
+sequences by `fuseplanner calibrate --from-results` (`fuseplanner.validation.fit`). A GPU spec carries one fit:
 
 - its own, a ``[fit]`` table in its TOML naming the GPU, driver, date and record set it was fitted
   on (``source_gpu``, ``driver``, ``date``, ``records``, ``record_count``), its values, and a

@@ -2,7 +2,7 @@
 
 Conv nodes become ``dw`` / ``pw`` / ``conv``; MatMul/Gemm with a constant 2-D weight over the last
 dim of an activation become ``linear``; everything else is ``opaque`` with shapes, bytes and a FLOP
-estimate. Epilogues are attached afterwards by `fuseplanner.onnx_import`.
+estimate. Epilogues are attached afterwards by `fuseplanner.frontend.load`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from .onnx_view import GraphView
+from fuseplanner.frontend.view import GraphView
 
 #: Ops that only move or relabel data: no arithmetic.
 _MOVEMENT = {
@@ -71,7 +71,7 @@ def _static(view: GraphView, name: str) -> tuple[int, ...] | None:
 def _need_static(view: GraphView, name: str, index: int) -> tuple[int, ...]:
     shape = _static(view, name)
     if shape is None:
-        from fuseplanner.shape_errors import unknown_shape_error
+        from fuseplanner.frontend.shape_errors import unknown_shape_error
 
         raise unknown_shape_error(view.model, name, index)
     return shape
@@ -115,7 +115,7 @@ def conv_fields(view: GraphView, index: int) -> OpFields | None:
     m, cpg, kh, kw = (int(d) for d in w_shape)  # type: ignore[arg-type]
     groups = int(view.attr(node, "group", 1))
     if c_in != cpg * groups:
-        from fuseplanner.shape_errors import conv_channels_error
+        from fuseplanner.frontend.shape_errors import conv_channels_error
 
         raise conv_channels_error(view.node_name(index), c_in, w_shape, groups)
     kernel = tuple(view.attr(node, "kernel_shape", [kh, kw]))

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import numpy as np
 from scipy.special import erf
 
-from .errors import PlanError
-from .ir import Op
+from fuseplanner.core.errors import PlanError
+from fuseplanner.core.ir import Op
 
 __all__ = ["ACTIVATIONS", "activation", "conv2d", "linear", "random_input", "random_params", "reference"]
 

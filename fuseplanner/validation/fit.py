@@ -33,12 +33,12 @@ from typing import Any
 
 import numpy as np
 
-from .calibrate import apply_measured
-from .errors import FusePlannerError, ModelError
-from .ir import Tile
-from .kernel_fit import PARAMS, KernelFit
-from .report import load_results
-from .validate import Step, steps_cost
+from fuseplanner.core.errors import FusePlannerError, ModelError
+from fuseplanner.core.ir import Tile
+from fuseplanner.hw.kernel_fit import PARAMS, KernelFit
+from fuseplanner.validation.microbench import apply_measured
+from fuseplanner.validation.report import load_results
+from fuseplanner.validation.validate import Step, steps_cost
 
 RATE_FIELDS = {
     ("dw", "fp32"): "dw_warp_flops_per_cycle_fp32",
@@ -124,7 +124,7 @@ def record_steps(rec: dict, graph, batch: int) -> tuple[Step, ...]:
 def results_graph(path: str | Path, name: str, batch: int, cache: dict[tuple[str, int], Any]):
     """The model a results file was measured on, loaded with its batch as `validate --batch` loads it
     (a 2-D Gemm's token count is the batch, which `Op.with_batch` leaves alone)."""
-    from .onnx_import import load_model
+    from fuseplanner.frontend.load import load_model
 
     if (name, batch) not in cache:
         try:

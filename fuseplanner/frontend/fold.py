@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from fuseplanner.onnx_shapes import constant_node_tensor, shape_table
+from fuseplanner.frontend.shapes import constant_node_tensor, shape_table
 
 #: Largest tensor (elements) the folder reads or writes.
 MAX_ELEMENTS = 4096

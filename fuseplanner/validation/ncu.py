@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import DeviceError
+from fuseplanner.core.errors import DeviceError
 
 #: Counter name -> what it measures. L2 sectors requested by the SMs (GMA) and DRAM bytes, plus time.
 METRICS: dict[str, str] = {

@@ -18,9 +18,9 @@ from pathlib import Path
 import onnx
 from onnx import helper
 
-from .errors import PlanError
-from .fused_function import attach, conv_operands, function_for, member_attributes
-from .plans import CostModel, GroupPlan, Plan
+from fuseplanner.core.errors import PlanError
+from fuseplanner.planning.fused_function import attach, conv_operands, function_for, member_attributes
+from fuseplanner.planning.result import CostModel, GroupPlan, Plan
 
 DOMAIN = "ai.fuseplanner"
 OP_TYPE = "FusedConv"
@@ -143,9 +143,9 @@ def to_markdown(plan: Plan, max_rejected: int | None = None) -> str:
 
 def _prepared(source, input_shapes: Mapping[str, Sequence[int]] | None, batch: int | None):
     """The same prepared ModelProto (upgraded, shape-inferred) and ModelGraph the planner saw."""
-    from .onnx_import import build_graph, read_model
-    from .onnx_shapes import prepare
-    from .onnx_view import GraphView
+    from fuseplanner.frontend.load import build_graph, read_model
+    from fuseplanner.frontend.shapes import prepare
+    from fuseplanner.frontend.view import GraphView
 
     proto, stem, path = read_model(source)
     model = prepare(proto, input_shapes, batch)
@@ -315,7 +315,7 @@ def _source_dir(source) -> Path | None:
     """The folder external-data locations of `source` are relative to (None for a ModelProto)."""
     if source is None or isinstance(source, onnx.ModelProto):
         return None
-    from .onnx_import import resolve_model
+    from fuseplanner.frontend.load import resolve_model
 
     return resolve_model(source).parent
 

@@ -1,6 +1,6 @@
 """Accuracy statistics and plots from validation results (predicted versus measured).
 
-Input is the ``results.json`` document that `fuseplanner.validate` writes (schema below); output is a
+Input is the ``results.json`` document that `fuseplanner.validation.validate` writes (schema below); output is a
 summary dict, ``report.md`` and PNG plots. Everything here is CPU-only and pure apart from file writes,
 so a report can be regenerated anywhere with `report_from_results`.
 
@@ -673,7 +673,7 @@ def write_report(results: Mapping, out_dir: str | Path, source: str | Path | Non
 def load_results(path: str | Path) -> dict[str, Any]:
     """Read a results document, gzip-compressed when its name ends in ``.gz`` (the curated records
     in data/records are ``.json.gz``), checking its schema tag."""
-    from .errors import FusePlannerError
+    from fuseplanner.core.errors import FusePlannerError
 
     try:
         raw = Path(path).read_bytes()

@@ -1,0 +1,1 @@
+"""Records, kinds and errors shared by every stage."""

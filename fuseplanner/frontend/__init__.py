@@ -1,0 +1,1 @@
+"""ONNX model -> ModelGraph: read, infer shapes, classify nodes, absorb epilogues."""

@@ -1,0 +1,1 @@
+"""GPU descriptions: datasheet and measured facts per GPU, bundled specs, device detection."""

@@ -1,0 +1,1 @@
+"""Measurement on the GPU: reference outputs, timing, counters, accuracy reports, fits."""
