@@ -43,14 +43,16 @@ def _run(xp, node, values):
     return kernel, ins, outs
 
 
-def _compare(gpu, host, tol, label):
+def _compare(gpu, host, tol, label, scale=0.0):
+    """Max |gpu - host| over the larger of the output's largest magnitude and `scale` (for products: the
+    largest sum of |terms|, since summation order alone moves a sum that cancels by that much)."""
     got = cp.asnumpy(gpu)
     assert got.shape == host.shape and got.dtype == host.dtype, label
     if host.dtype.kind != "f":
         np.testing.assert_array_equal(got, host, err_msg=label)
         return
     assert np.isfinite(got).all() or not np.isfinite(host).all(), f"{label}: unwritten elements"
-    scale = max(float(np.abs(host.astype(np.float64)).max(initial=0.0)), 1e-30)
+    scale = max(float(np.abs(host.astype(np.float64)).max(initial=0.0)), scale, 1e-30)
     err = float(np.abs(got.astype(np.float64) - host).max(initial=0.0)) / scale
     assert err <= tol, f"{label}: CuPy vs NumPy max error {err:.2e} of the largest magnitude"
 
@@ -61,8 +63,12 @@ def _check(case, half):
     node = node_for(case, lib_values, reference(case, ref_values), half=half)
     _, _, host = _run(np, node, lib_values)
     _, _, gpu = _run(cp, node, lib_values)
+    terms = 0.0
+    if case.op == "MatMul":  # a dot product's terms: |a| @ |b|
+        a, b = (np.abs(np.asarray(v, dtype=np.float64)) for v in lib_values[:2])
+        terms = float(np.max(np.matmul(a, b), initial=0.0))
     for i, (g, h) in enumerate(zip(gpu, host, strict=True)):
-        _compare(g, h, TOL["float16" if half else "float32"], f"{case.id} output {i}")
+        _compare(g, h, TOL["float16" if half else "float32"], f"{case.id} output {i}", terms)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
