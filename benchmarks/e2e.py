@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-torch", action="store_true")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    configs = [(m, mode, b) for m in args.models for mode in args.modes for b in args.batches]
+    configs = [(m, mode, b) for b in args.batches for m in args.models for mode in args.modes]
     t0 = time.time()
     if args.jobs > 1:
         jobs = [(m, mode, b, fuse) for m, mode, b in configs for fuse in (True, False)]
