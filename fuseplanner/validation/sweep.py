@@ -244,7 +244,7 @@ def record(si: SweepItem, measured: dict[str, Any], check: dict | None, error: s
     index = {op.name: i for i, op in enumerate(it.ops)}
     steps = [{"kind": s.kind, "members": [index[o.name] for o in s.ops], "tile": s.tile.as_dict(),
               "residual": s.residual} for s in it.steps]  # fmt: skip
-    return {"id": it.id, "role": it.role, "group": it.group, "kind": it.kind, "dtype": si.config.dtype,
+    return {"id": it.id, "role": it.role, "group": it.group, "kind": it.kind, "launches": len(it.steps), "dtype": si.config.dtype,
             "precision": si.config.precision, "batch": si.config.batch, "residual": it.residual,
             "residual_from_input": it.residual_from_input, "ops": [_op_dict(o) for o in it.ops], "steps": steps,
             "measured": measured, "check": check, "error": error}  # fmt: skip
@@ -320,3 +320,114 @@ def sensitivity(gpu: Any, samples: Sequence[fit_mod.Sample], names: Sequence[str
         up, down = apply_measured(base, {n: v * (1 + step)}), apply_measured(base, {n: v / (1 + step)})
         cols.append((outputs(up) - outputs(down)) / (2 * math.log1p(step)))
     return np.stack(cols, axis=1)
+
+
+# ---- measuring (GPU) ------------------------------------------------------------------------------
+
+
+def progress_bar(enabled: bool = True):
+    """The sweep's rich progress bar (on stderr): item, bar, count, elapsed and remaining time."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,  # fmt: skip
+    )
+
+    return Progress(SpinnerColumn(), TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=Console(stderr=True),
+                    disable=not enabled)  # fmt: skip
+
+
+def measure(gpu: Any, items: Sequence[SweepItem], repeat: int = 30, warmup: int = 5,
+            progress: bool = True) -> list[dict[str, Any]]:  # fmt: skip
+    """Run, check and time every item on the current GPU (`validate.measure_item`); one record each
+    (`record`). Raises DeviceError without a usable CUDA device."""
+    from fuseplanner.kernels import require_device
+    from fuseplanner.validation.validate import measure_item
+
+    cp = require_device()
+    ctxs: dict[Config, Context] = {}
+    records = []
+    with progress_bar(progress) as bar:
+        task = bar.add_task("micro-sweep", total=len(items))
+        for i, si in enumerate(items):
+            c = si.config
+            ctx = ctxs.setdefault(c, context(gpu, c, repeat, warmup))
+            bar.update(task, description=f"{si.item.id} ({si.item.kind})")
+            ours = steps_cost(si.item.steps, c.dtype, c.batch, gpu, c.precision)
+            measured, chk, err = measure_item(cp, si.item, ctx, i, ours.kernels if ours is not None else ())
+            records.append(record(si, measured, chk, err))
+            bar.advance(task)
+    return records
+
+
+def counters(gpu: Any, items: Sequence[SweepItem], records: list[dict[str, Any]], timeout_s: float = 300.0) -> str:
+    """Add Nsight Compute L2 / DRAM counters to the records of items that ran, config by config;
+    returns "ncu", or why there are none (the fit then keeps the spec's L2 fractions)."""
+    import tempfile
+    from pathlib import Path
+
+    from fuseplanner.core.errors import DeviceError
+    from fuseplanner.validation import ncu as ncu_mod
+    from fuseplanner.validation.validate import _apply_traffic, profile_items
+
+    for cfg in dict.fromkeys(si.config for si in items):
+        runnable = [(si.item, r) for si, r in zip(items, records, strict=True) if si.config == cfg and not r["error"]]
+        try:
+            with tempfile.TemporaryDirectory(prefix="fuseplanner-sweep-") as tmp:
+                traffic = profile_items([it for it, _ in runnable], context(gpu, cfg), Path(tmp), timeout_s)
+        except (ncu_mod.CountersUnavailable, DeviceError) as exc:
+            return f"no counters ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+        for (_, rec), cold, warm in zip(runnable, traffic["cold"], traffic["warm"], strict=True):
+            _apply_traffic(rec, cold, warm)
+    return "ncu"
+
+
+def meta(gpu: Any, design_name: str, repeat: int, traffic: str) -> dict[str, Any]:
+    """The ``meta`` of a sweep file: the device, versions, design, timing, where counters came from."""
+    import datetime
+
+    from fuseplanner.kernels import require_device
+    from fuseplanner.validation.validate import _device_name, _versions
+
+    cp = require_device()
+    return {"gpu": getattr(gpu, "name", str(gpu)), "device_name": _device_name(cp), "versions": _versions(cp),
+            "design": design_name, "timing": {"repeat": repeat, "statistic": "median", "clock": "CUDA events"},
+            "traffic": traffic, "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}  # fmt: skip
+
+
+def save(path: Any, meta_: dict[str, Any], records: list[dict[str, Any]]) -> None:
+    """Write a sweep file (JSON, gzip-compressed when the name ends in .gz)."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    p = Path(path)
+    text = json.dumps({"schema": SCHEMA, "meta": meta_, "records": records}, default=float)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    if p.name.endswith(".gz"):
+        p.write_bytes(gzip.compress(text.encode()))
+    else:
+        p.write_text(text)
+
+
+def load(path: Any) -> dict[str, Any]:
+    """Read a sweep file written by `save`; FusePlannerError (one line) when it is not one."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+        data = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    except (OSError, ValueError, EOFError) as exc:
+        raise FusePlannerError(f"cannot read sweep file {str(p)!r}: {exc}") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise FusePlannerError(f"{p}: not a micro-sweep file (schema {SCHEMA}); write one with `fuseplanner calibrate --out FILE`")
+    return data
