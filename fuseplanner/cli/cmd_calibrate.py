@@ -18,7 +18,10 @@ def register(subparsers) -> None:
         description="Measure this GPU (device-to-device copy, L2-resident reads, empty-kernel launches, FMA loops; "
         "CUDA-event medians) and write a GPU spec TOML whose [measured] table the cost model prefers over "
         "datasheet values. Use it with `--gpu PATH` in plan/validate; `fuseplanner validate --calibrate` "
-        "reports accuracy before and after. Needs a CUDA GPU and CuPy. With --from-results it needs no GPU: it "
+        "reports accuracy before and after. Then (unless --no-sweep) it runs a built-in micro-sweep of fuseplanner's "
+        "DW, PW, linear and fused kernels and fits every kernel parameter to it, each with a bootstrap interval, into "
+        "the spec's own [fit] table (records saved beside it as FILE.sweep.json.gz). Needs a CUDA GPU and CuPy. "
+        "With --from-sweep or --from-results it needs no GPU: --from-results "
         "fits the kernel parameters (achieved FLOPs per warp per clock of fuseplanner's kernels, the L2 "
         "fraction of fused kernels' weight re-reads, the fuse threshold) to the measurements in validation "
         "results files and writes the spec with them as its own [fit] table (GPU, driver, date, records).",
@@ -154,9 +157,8 @@ def _from_sweep(args: argparse.Namespace) -> int:
 
 def _measure_sweep(args: argparse.Namespace, spec, out: Path) -> tuple[list[dict], dict, Path]:
     """Run the micro-sweep on this GPU with `spec` (facts measured); save and return its records."""
-    from fuseplanner.validation import sweep
-
     from fuseplanner.kernels import require_device
+    from fuseplanner.validation import sweep
 
     items = sweep.design(spec, args.quick)
     repeat = 15 if args.quick else 30
