@@ -18,7 +18,10 @@ def register(subparsers) -> None:
         description="Measure this GPU (device-to-device copy, L2-resident reads, empty-kernel launches, FMA loops; "
         "CUDA-event medians) and write a GPU spec TOML whose [measured] table the cost model prefers over "
         "datasheet values. Use it with `--gpu PATH` in plan/validate; `fuseplanner validate --calibrate` "
-        "reports accuracy before and after. Needs a CUDA GPU and CuPy. With --from-results it needs no GPU: it "
+        "reports accuracy before and after. Then (unless --no-sweep) it runs a built-in micro-sweep of fuseplanner's "
+        "DW, PW, linear and fused kernels and fits every kernel parameter to it, each with a bootstrap interval, into "
+        "the spec's own [fit] table (records saved beside it as FILE.sweep.json.gz). Needs a CUDA GPU and CuPy. "
+        "With --from-sweep or --from-results it needs no GPU: --from-results "
         "fits the kernel parameters (achieved FLOPs per warp per clock of fuseplanner's kernels, the L2 "
         "fraction of fused kernels' weight re-reads, the fuse threshold) to the measurements in validation "
         "results files and writes the spec with them as its own [fit] table (GPU, driver, date, records).",
@@ -32,6 +35,16 @@ def register(subparsers) -> None:
                    "--gpu then names the spec they were measured with (default: the one in the first file)")
     p.add_argument("--model", default=None, help="with --from-results: the ONNX model the results were "
                    "measured on, when not the bundled model they name")
+    p.add_argument("--quick", action="store_true", help="the quick micro-sweep (about a quarter of the launches, "
+                   "fewer tiles and timed runs): about 2 minutes instead of about 10, wider intervals")
+    p.add_argument("--no-sweep", action="store_true", help="measure the GPU facts only (no micro-sweep, no kernel fit)")
+    p.add_argument("--ncu", action="store_true", help="read Nsight Compute L2 counters of the sweep too, to fit the "
+                   "fused kernels' L2 weight fractions (slower; without it they are kept from the starting fit)")
+    p.add_argument("--resamples", type=int, default=8, metavar="N",
+                   help="bootstrap resamples for each fitted value's interval (default 8; 0: none)")
+    p.add_argument("--from-sweep", default=None, metavar="SWEEP_JSON",
+                   help="fit the kernel parameters to a saved micro-sweep (FILE.sweep.json.gz, written by "
+                   "`calibrate --out FILE`) instead of measuring (no GPU); --gpu names the spec to start from")
     p.add_argument("--fit", default=None, metavar="FIELDS",
                    help="with --from-results: fit only these comma-separated fields (the others keep the "
                    "spec's values), e.g. fused_pw_warp_flops_per_cycle_fp32,fused_pw_warp_flops_per_cycle_fp16")
@@ -95,13 +108,78 @@ def _from_results(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fit_report(result, kf, out: Path) -> None:
+    """Each fitted value with its interval, the accuracy on the sweep, the file written."""
+    for k, v in result.values.items():
+        lo_hi = kf.ci.get(k)
+        sys.stdout.write(f"{k} = {v:g}" + (f"  [{lo_hi[0]:g}, {lo_hi[1]:g}]" if lo_hi else "") + "\n")
+    b, a = result.before, result.after
+    dec = f", fuse decisions agreeing {b['decisions']:.0f}% -> {a['decisions']:.0f}%" if "decisions" in a else ""
+    sys.stdout.write(f"{result.n_time} sweep records: median time APE {b['time']:.1f}% -> {a['time']:.1f}%{dec}\n"
+                     f"wrote {out}\n")
+
+
+def _write_fitted(out: Path, base, measured: dict, notes: dict, kf) -> None:
+    from fuseplanner.validation.microbench import spec_dict, to_toml
+
+    d = spec_dict(base)
+    for key in ("name", "fit_from"):
+        d.pop(key, None)
+    d["fit"] = kf.model_dump(mode="json", exclude={"borrowed"})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(to_toml(d, measured, notes))
+
+
+def _sweep_fit(args: argparse.Namespace, start, records: list[dict], meta: dict, path: Path):
+    """(fit result, KernelFit) of `start` fitted to sweep `records`."""
+    from fuseplanner.validation import sweep
+    from fuseplanner.validation.fit_sweep import fit_sweep, sweep_kernel_fit
+
+    samples = sweep.records_to_samples(records)
+    if not samples:
+        raise FusePlannerError(f"{path}: no sweep record ran correctly: nothing to fit")
+    result = fit_sweep(start, samples, sweep.FIT_FIELDS, resamples=max(0, args.resamples))
+    return result, sweep_kernel_fit(start, result, str(path), meta)
+
+
+def _from_sweep(args: argparse.Namespace) -> int:
+    from fuseplanner.hw import spec as specs
+    from fuseplanner.validation import sweep
+
+    data = sweep.load(args.from_sweep)
+    base = specs.gpu(data["meta"]["gpu"] if args.gpu == "auto" else args.gpu)
+    result, kf = _sweep_fit(args, base, data["records"], data["meta"], Path(args.from_sweep))
+    out = Path(args.out or f"{base.name}_calibrated.toml")
+    _write_fitted(out, base, {}, {}, kf)
+    _fit_report(result, kf, out)
+    return 0
+
+
+def _measure_sweep(args: argparse.Namespace, spec, out: Path) -> tuple[list[dict], dict, Path]:
+    """Run the micro-sweep on this GPU with `spec` (facts measured); save and return its records."""
+    from fuseplanner.kernels import require_device
+    from fuseplanner.validation import sweep
+
+    items = sweep.design(spec, args.quick)
+    repeat = 15 if args.quick else 30
+    with require_device().cuda.Device(args.device):
+        records = sweep.measure(spec, items, repeat=repeat, progress=not args.json)
+    traffic = sweep.counters(spec, items, records) if args.ncu else "no counters (--ncu not given)"
+    meta = sweep.meta(spec, "quick" if args.quick else "full", repeat, traffic)
+    path = out.with_name(out.stem + ".sweep.json.gz")
+    sweep.save(path, meta, records)
+    return records, meta, path
+
+
 def run(args: argparse.Namespace) -> int:
     if args.fit and not args.from_results:
         raise FusePlannerError("--fit selects fields to fit to --from-results: give the results files too")
     if args.from_results:
         return _from_results(args)
+    if args.from_sweep:
+        return _from_sweep(args)
     from fuseplanner.kernels import require_device
-    from fuseplanner.validation.microbench import calibrate, write_spec
+    from fuseplanner.validation.microbench import apply, calibrate, measurement_notes, write_spec
 
     require_device()
     from fuseplanner.cli.cmd_validate import resolve_gpu
@@ -109,10 +187,23 @@ def run(args: argparse.Namespace) -> int:
     base = resolve_gpu(args.gpu)
     cal = calibrate(args.device)
     out = Path(args.out or f"{getattr(base, 'name', 'gpu')}_calibrated.toml")
-    write_spec(out, base, cal)
-    if args.json:
-        sys.stdout.write(json.dumps({**cal.as_dict(), "spec": str(out)}, indent=1) + "\n")
-    else:
+    write_spec(out, base, cal)  # the facts first: a sweep that fails later leaves them written
+    if not args.json:
         _table(cal, base)
-        sys.stdout.write(f"wrote {out}\n")
+    if args.no_sweep:
+        if args.json:
+            sys.stdout.write(json.dumps({**cal.as_dict(), "spec": str(out)}, indent=1) + "\n")
+        else:
+            sys.stdout.write(f"wrote {out}\n")
+        return 0
+    measured = apply(base, cal)
+    records, meta, path = _measure_sweep(args, measured, out)
+    result, kf = _sweep_fit(args, measured, records, meta, path)
+    _write_fitted(out, base, cal.measured(), measurement_notes(cal), kf)
+    if args.json:
+        sys.stdout.write(json.dumps({**cal.as_dict(), "fit": {**result.values}, "ci": kf.ci, "spec": str(out),
+                                     "sweep": str(path), "before": result.before, "after": result.after},
+                                    indent=1, default=float) + "\n")  # fmt: skip
+    else:
+        _fit_report(result, kf, out)
     return 0

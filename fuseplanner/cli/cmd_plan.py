@@ -64,14 +64,17 @@ def plan_kwargs(args: argparse.Namespace) -> dict:
 
 
 def resolve_gpu(name: str | None):
-    """(GpuSpec, note) for --gpu; without it the local GPU, else h100 with a note saying so."""
+    """(GpuSpec, note) for --gpu; without it (or 'auto') the local GPU (a spec built from its properties,
+    with a note, when none is bundled), else h100 with a note saying so."""
     from fuseplanner.hw import spec as specs
 
-    if name:
+    if name and name != "auto":
         return specs.gpu(name), ""
-    found = specs.detect()
+    from fuseplanner.hw.device_spec import local_spec
+
+    found, note = local_spec()
     if found is not None:
-        return found, ""
+        return found, note
     return specs.gpu(DEFAULT_GPU), f"note: no CUDA GPU detected here; planned for {DEFAULT_GPU} (choose one with --gpu NAME|PATH)"
 
 

@@ -65,15 +65,20 @@ def _repredicted(args: argparse.Namespace, out: Path) -> dict:
 
 
 def resolve_gpu(name: str):
-    """The GpuSpec for --gpu: detected for 'auto', else by name or TOML path."""
+    """The GpuSpec for --gpu: for 'auto' the local GPU's bundled spec, else one built from its
+    properties (with a note on stderr that it is uncalibrated); else by name or TOML path."""
     from fuseplanner.core.errors import SpecError
     from fuseplanner.hw import spec as specs
 
     if name != "auto":
         return specs.gpu(name)
-    found = specs.detect()
+    from fuseplanner.hw.device_spec import local_spec
+
+    found, note = local_spec()
     if found is None:
-        raise SpecError("no bundled spec matches this GPU: pass --gpu NAME or a TOML path (see `fuseplanner gpus`)")
+        raise SpecError("no CUDA GPU found to detect: pass --gpu NAME or a TOML path (see `fuseplanner gpus`)")
+    if note:
+        sys.stderr.write(note + "\n")
     return found
 
 

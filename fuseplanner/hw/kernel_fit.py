@@ -7,7 +7,8 @@ sequences by `fuseplanner calibrate --from-results` (`fuseplanner.validation.fit
 
 - its own, a ``[fit]`` table in its TOML naming the GPU, driver, date and record set it was fitted
   on (``source_gpu``, ``driver``, ``date``, ``records``, ``record_count``), its values, and a
-  ``[fit.sources]`` table with a note per value;
+  ``[fit.sources]`` table with a note per value (and, from `fuseplanner calibrate --out`, a
+  ``[fit.ci]`` table: each fitted value's bootstrap interval);
 - or another spec's, named by ``fit_from = "h100"`` (a bundled name or a path to a TOML with a
   ``[fit]`` table): the fit is then *borrowed* (`KernelFit.borrowed`), which plans report as a
   warning. A borrowed fit fuses at any predicted gain (``fuse_min_speedup`` 1): its own threshold
@@ -21,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 #: The fuse threshold: a decision rule fitted with the kernel parameters, not applied when borrowed.
 THRESHOLD_FIELD = "fuse_min_speedup"
 #: Provenance fields of a fit (everything else but `sources` is a parameter the cost model reads).
-META_FIELDS = ("source_gpu", "driver", "date", "records", "record_count", "borrowed", "sources")
+META_FIELDS = ("source_gpu", "driver", "date", "records", "record_count", "borrowed", "sources", "ci")
 
 
 class KernelFit(BaseModel):
@@ -103,6 +104,9 @@ class KernelFit(BaseModel):
         ge=1.0, description="the planner fuses a group for time only when its predicted unfused/fused time ratio "
         "reaches this (1: any predicted gain); fitted to measured decisions")
     sources: dict[str, str] = Field(default_factory=dict, description="a note per value: how it was fitted")
+    ci: dict[str, tuple[float, float]] = Field(
+        default_factory=dict, description="bootstrap interval (5th, 95th percentile) of fitted values, by name: "
+        "records resampled and refitted (`fuseplanner calibrate`, validation.fit_sweep.bootstrap)")
 
     def lent(self) -> KernelFit:
         """This fit as another GPU borrows it: marked borrowed, fusing at any predicted gain."""

@@ -241,8 +241,8 @@ class GpuSpec(BaseModel):
         out = []
         if kernel_fit and self.fit.borrowed:
             out.append(f"{self.name} has no kernel fit of its own: kernel parameters borrowed from "
-                       f"{self.fit.source_gpu}; fit them on this GPU with `fuseplanner validate`, then "
-                       "`fuseplanner calibrate --from-results`")
+                       f"{self.fit.source_gpu}; fit them on this GPU with `fuseplanner calibrate --out FILE` "
+                       "(a micro-sweep, minutes), then pass --gpu FILE")
         if self.plan_only:
             out.append(f"{self.name} is compute capability {self.compute_capability}: the bundled kernels need "
                        "sm_80 or newer (cp.async, mma), so this plan is a prediction only")

@@ -431,6 +431,7 @@ def kernel_fit(spec: Any, fit: Fit, paths: Sequence[str | Path], meta: dict[str,
     sources.update(notes(fit, paths))
     return KernelFit.model_validate({
         **base.model_dump(), **fit.values, "borrowed": False, "sources": sources,
+        "ci": {k: v for k, v in base.ci.items() if k not in fit.values},  # a refitted value's interval is stale
         "source_gpu": str(meta.get("device_name") or meta.get("gpu") or spec.name), "driver": driver,
         "date": datetime.date.today().isoformat(), "records": ", ".join(str(p) for p in paths),
         "record_count": fit.n_time,
