@@ -6,7 +6,9 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from fuseplanner.core.errors import PlanError
-from fuseplanner.core.ir import DTYPE_BYTES, Cost, KernelResources, Op, Tile, math_mode
+from fuseplanner.core.ir import Cost, KernelResources, Op, Tile, math_mode
+from fuseplanner.core.kinds import DTYPE_BYTES, PRECISIONS
+from fuseplanner.core.kinds import KERNEL_MEMBERS as MEMBERS
 from fuseplanner.cost.dw import DwModel
 from fuseplanner.cost.fused import (
     DwPwModel,
@@ -27,17 +29,6 @@ from fuseplanner.cost.work import KernelModel, Work, cdiv, whole_bytes
 from fuseplanner.hw.spec import GpuSpec, Hw
 from fuseplanner.kernels import tiles
 
-#: Member op kinds of each kernel kind, in execution order.
-MEMBERS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "dw": (("dw",),),
-    "pw": (("pw",),),
-    "linear": (("linear",),),
-    "pw_dw": (("pw", "dw"),),
-    "dw_pw": (("dw", "pw"),),
-    "pw_pw": (("pw", "pw"), ("linear", "linear")),
-    "pw_dw_pw": (("pw", "dw", "pw"),),
-}
-
 MODELS: dict[str, type[KernelModel]] = {
     "dw": DwModel,
     "pw": PwModel,
@@ -51,7 +42,6 @@ MODELS: dict[str, type[KernelModel]] = {
 #: see `scheduled`; dw is single buffered).
 PIPELINE_DEPTH = {"pw": tiles.PW_STAGES - 1, "linear": tiles.PW_STAGES - 1}
 
-PRECISIONS = ("fp32", "tf32")
 #: Cluster size from which a launch can use only the spec's `cluster_sms` SMs (measured on a GH100 with
 #: benchmarks/probe_placement.py: clusters of 2 used all 132 SMs, clusters of 4 and 8 at most 120-124).
 CLUSTER_PLACED_MIN = 4

@@ -16,7 +16,8 @@ import importlib
 from collections.abc import Callable, Sequence
 
 from fuseplanner.core.errors import PlanError, TileError
-from fuseplanner.core.ir import GROUP_KINDS, Op, Tile
+from fuseplanner.core.ir import Op, Tile
+from fuseplanner.core.kinds import KERNEL_KINDS
 from fuseplanner.kernels import tiles
 from fuseplanner.kernels._build import (
     compile_kernel,
@@ -27,9 +28,6 @@ from fuseplanner.kernels._build import (
     require_device,
 )
 from fuseplanner.kernels._common import activation, device_props, device_spec
-
-#: Kernel kinds `run` accepts.
-KERNEL_KINDS = ("dw", "pw", "linear", *GROUP_KINDS)
 
 __all__ = [
     "activation",

@@ -37,6 +37,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from fuseplanner.core.ir import Op, Tile, dtype_bytes, math_mode
+from fuseplanner.core.kinds import GROUP_KINDS as FUSED_KINDS
 from fuseplanner.kernels import registers
 
 #: Buffering depth of streamed chunks (input/weight chunks of PW-like loops).
@@ -83,7 +84,6 @@ PW_PPAD = 4
 #: cluster barriers and the reduction cost more than the chain they shorten).
 LBL_SPLIT_MIN_CHANNELS = 256
 
-LBL_KINDS = ("dw", "pw", "linear")
 #: Kinds whose kernel runs tiles whose outputs do not split evenly over the threads (kernels/pw.cu:
 #: the FLAT path leaves the threads past the tile's outputs idle; the register blocks and mma warps
 #: cover a tile's edges as they do for any tile). The planner
@@ -188,7 +188,6 @@ def _smem_bytes(kind: str, ops: Sequence[Op], th: int, tw: int, tf: int, tc: int
     raise ValueError(f"no tile layout for kernel kind {kind!r}")
 
 
-FUSED_KINDS = ("pw_dw", "dw_pw", "pw_pw", "pw_dw_pw")
 #: Shared-memory buffers of the fused kernels start on 128-byte boundaries.
 SMEM_ALIGN = 128
 
