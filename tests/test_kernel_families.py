@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from fuseplanner.core.errors import PlanError
-from fuseplanner.core.kinds import GROUP_KINDS, GROUP_MEMBERS, KERNEL_KINDS, KERNEL_MEMBERS, LAYER_KINDS, MEMBER_KINDS
+from fuseplanner.core.kinds import (
+    GROUP_KINDS,
+    GROUP_MEMBERS,
+    KERNEL_KINDS,
+    KERNEL_MEMBERS,
+    LAYER_KINDS,
+    MEMBER_KINDS,
+)
 from fuseplanner.cost.work import KernelModel
 from fuseplanner.kernels import kernels_dir, tiles
 from fuseplanner.kernels.family import FAMILIES, family
