@@ -9,6 +9,7 @@ import sys
 from fuseplanner.cli.cmd_plan import add_plan_options, check_output_path, plan_kwargs, print_notes
 from fuseplanner.cli.common import add_model_arguments, load_from_args
 from fuseplanner.core.errors import PlanError
+from fuseplanner.core.kinds import OBJECTIVES
 
 DEFAULT_GPUS = "h100,a100_80gb,gtx1660,orin"
 
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
             "model": graph.name,
             "gpus": names,
             "savings": {
-                p.gpu: {m: p.totals.saving(m) for m in ("time", "gma", "dram")} for p in plans
+                p.gpu: {m: p.totals.saving(m) for m in OBJECTIVES} for p in plans
             },
             "plans": [json.loads(p.to_json(indent=None)) for p in plans],
         }

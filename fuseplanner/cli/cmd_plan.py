@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fuseplanner.cli.common import add_model_arguments, load_from_args, parse_input_shapes
 from fuseplanner.core.errors import PlanError
-from fuseplanner.core.ir import GROUP_KINDS
+from fuseplanner.core.kinds import COST_MODELS, DTYPES, GROUP_KINDS, OBJECTIVES, PRECISIONS
 
 DEFAULT_GPU = "h100"
 #: How to read a tile (in `plan --help` and the README).
@@ -36,18 +36,18 @@ def kinds_list(text: str) -> list[str]:
 
 def add_plan_options(p: argparse.ArgumentParser) -> None:
     """--dtype, --objective, --kinds, --model, --precision (MODEL, --input-shape, --batch come from common)."""
-    p.add_argument("--dtype", choices=("fp32", "fp16"), default="fp32", help="storage dtype (default fp32)")
+    p.add_argument("--dtype", choices=DTYPES, default="fp32", help="storage dtype (default fp32)")
     p.add_argument(
-        "--objective", choices=("time", "gma", "dram"), default="time",
+        "--objective", choices=OBJECTIVES, default="time",
         help="what the plan minimises over the whole model: predicted time (default), GMA bytes (L2 level) or DRAM bytes",
     )
     p.add_argument(
         "--kinds", type=kinds_list, default=None, metavar="K,K",
         help=f"fused kinds allowed (default all: {','.join(GROUP_KINDS)}; e.g. pw_dw,dw_pw,pw_pw for the paper's pairs)",
     )
-    p.add_argument("--model", dest="cost_model", choices=("ours", "paper"), default="ours",
+    p.add_argument("--model", dest="cost_model", choices=COST_MODELS, default="ours",
                    help="cost model: ours (sectors, L2/DRAM, time) or paper (the published GMA formulas)")
-    p.add_argument("--precision", choices=("fp32", "tf32"), default="fp32",
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="fp32 pointwise math, or TF32 tensor cores for fp32 storage")
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from fuseplanner.cli.common import parse_input_shapes, positive_int
 from fuseplanner.core.errors import FusePlannerError
+from fuseplanner.core.kinds import DTYPES, OBJECTIVES, PRECISIONS
 
 
 def register(subparsers) -> None:
@@ -23,11 +24,11 @@ def register(subparsers) -> None:
     )
     p.add_argument("model", nargs="?", help="ONNX file or bundled model name (omit with --from-results)")
     p.add_argument("--gpu", default="auto", help="GPU spec name or TOML path; 'auto' detects this GPU (default)")
-    p.add_argument("--dtype", choices=("fp32", "fp16"), default="fp32", help="storage dtype (default fp32)")
-    p.add_argument("--precision", choices=("fp32", "tf32"), default="fp32",
+    p.add_argument("--dtype", choices=DTYPES, default="fp32", help="storage dtype (default fp32)")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="fp32 pointwise arithmetic: exact fp32 or TF32 tensor cores (default fp32)")
     p.add_argument("--batch", type=positive_int, default=None, help="batch size (default: the model's)")
-    p.add_argument("--objective", choices=("time", "gma", "dram"), default="time", help="planner objective")
+    p.add_argument("--objective", choices=OBJECTIVES, default="time", help="planner objective")
     p.add_argument("--tiles", choices=("planned", "sweep", "layers"), default="planned",
                    help="planned: the plan's tiles; sweep: also alternative tiles of each group and rejected candidates; "
                    "layers: also alternative tiles of every tiled layer run alone")

@@ -9,11 +9,12 @@ from rich.console import Console
 from rich.table import Table
 
 from fuseplanner.core.ir import Cost
+from fuseplanner.core.kinds import GROUP_KINDS, WEIGHTED_KINDS
 from fuseplanner.planning.export import summary_line, totals_rows
 from fuseplanner.planning.result import CostModel, Plan
 
 #: Op kinds listed one per row among the unfused layers; other (opaque) nodes are summed in one row.
-LISTED_KINDS = ("dw", "pw", "conv", "linear")
+LISTED_KINDS = WEIGHTED_KINDS
 
 
 def _us(c: CostModel) -> str:
@@ -149,7 +150,7 @@ def compare_table(plans: Sequence[Plan]) -> Table:
 
 def kinds_table(plans: Sequence[Plan]) -> Table:
     """How many groups of each kind each GPU's plan uses."""
-    kinds = ("pw_dw", "dw_pw", "pw_pw", "pw_dw_pw")
+    kinds = GROUP_KINDS
     t = Table(title="Groups by kind", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     t.add_column("GPU")
     for k in kinds:

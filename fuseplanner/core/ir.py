@@ -13,12 +13,10 @@ from dataclasses import dataclass, field, fields, replace
 
 import networkx as nx
 
-#: Operator kinds. dw/pw/conv are ONNX Conv nodes, linear is MatMul/Gemm over the channel dimension.
-KINDS = ("dw", "pw", "conv", "linear", "opaque")
-#: Fused group kinds, named by their members in execution order.
-GROUP_KINDS = ("pw_dw", "dw_pw", "pw_pw", "pw_dw_pw")
-#: Storage dtypes the cost models and kernels know, with their element sizes in bytes.
-DTYPE_BYTES = {"fp32": 4, "fp16": 2}
+# the kind and dtype tables live in core.kinds; re-exported here, where the public `fuseplanner.ir` had them
+from fuseplanner.core.kinds import DTYPE_BYTES, GROUP_KINDS  # noqa: F401
+from fuseplanner.core.kinds import OP_KINDS as KINDS  # noqa: F401
+
 #: ONNX element type names (as stored on records) -> short dtype names.
 ONNX_TO_DTYPE = {"float32": "fp32", "float16": "fp16", "float": "fp32"}
 

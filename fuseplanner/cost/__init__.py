@@ -13,11 +13,10 @@ from collections.abc import Sequence
 
 from fuseplanner.core.errors import PlanError
 from fuseplanner.core.ir import Cost, KernelResources, Op, Tile
+from fuseplanner.core.kinds import COST_MODELS, KERNEL_KINDS, LAYER_KINDS, OBJECTIVES, PRECISIONS
 from fuseplanner.cost import paper
 from fuseplanner.cost.layers import VIEW_OPS, stream_cost
 from fuseplanner.cost.model import (
-    MEMBERS,
-    PRECISIONS,
     context,
     dram_traffic,
     estimate_ours,
@@ -32,8 +31,8 @@ from fuseplanner.hw.spec import GpuSpec
 from fuseplanner.hw.spec import gpu as _gpu
 from fuseplanner.kernels import tiles
 
-KINDS = tuple(MEMBERS)
-MODELS = ("ours", "paper")
+KINDS = KERNEL_KINDS
+MODELS = COST_MODELS
 
 __all__ = ["KINDS", "MODELS", "best_tile", "compulsory", "estimate", "estimate_op", "launch_batch"]
 
@@ -73,8 +72,6 @@ def estimate(
         return _estimate_paper(kind, tuple(ops), tile, dtype, batch, spec, residual, precision)
     raise PlanError(f"unknown cost model {model!r}: use ours or paper")
 
-
-OBJECTIVES = ("time", "gma", "dram")
 
 
 def best_tile(
@@ -237,7 +234,7 @@ def estimate_op(op: Op, dtype: str, batch: int, gpu: GpuSpec | str, *, precision
     spec = gpu if isinstance(gpu, GpuSpec) else _gpu(gpu)
     if op.op_type in VIEW_OPS:
         return Cost()
-    if op.kind in ("dw", "pw", "linear"):
+    if op.kind in LAYER_KINDS:
         batch = launch_batch((op,), batch)
         best: Cost | None = None
         for t in tiles.candidates(op.kind, (op,), dtype, spec):

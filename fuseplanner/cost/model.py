@@ -6,19 +6,15 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from fuseplanner.core.errors import PlanError
-from fuseplanner.core.ir import DTYPE_BYTES, Cost, KernelResources, Op, Tile, math_mode
-from fuseplanner.cost.dw import DwModel
+from fuseplanner.core.ir import Cost, KernelResources, Op, Tile, math_mode
+from fuseplanner.core.kinds import DTYPE_BYTES, PRECISIONS
+from fuseplanner.core.kinds import KERNEL_MEMBERS as MEMBERS
 from fuseplanner.cost.fused import (
-    DwPwModel,
-    PwDwModel,
-    PwDwPwModel,
-    PwPwModel,
     epilogue_issue,
     issued_per_block,
     window_epilogue_issue,
 )
 from fuseplanner.cost.geometry import geom
-from fuseplanner.cost.pw import PwModel
 from fuseplanner.cost.pw import issued_per_block as pw_issued_per_block
 from fuseplanner.cost.pw import uses_mma as pw_uses_mma
 from fuseplanner.cost.time import blocks_per_sm, kernel_time, mma_rate, warp_rates
@@ -26,32 +22,8 @@ from fuseplanner.cost.traffic import coresident_share, dram_write_bytes, miss_fr
 from fuseplanner.cost.work import KernelModel, Work, cdiv, whole_bytes
 from fuseplanner.hw.spec import GpuSpec, Hw
 from fuseplanner.kernels import tiles
+from fuseplanner.kernels.family import family
 
-#: Member op kinds of each kernel kind, in execution order.
-MEMBERS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "dw": (("dw",),),
-    "pw": (("pw",),),
-    "linear": (("linear",),),
-    "pw_dw": (("pw", "dw"),),
-    "dw_pw": (("dw", "pw"),),
-    "pw_pw": (("pw", "pw"), ("linear", "linear")),
-    "pw_dw_pw": (("pw", "dw", "pw"),),
-}
-
-MODELS: dict[str, type[KernelModel]] = {
-    "dw": DwModel,
-    "pw": PwModel,
-    "linear": PwModel,
-    "pw_dw": PwDwModel,
-    "dw_pw": DwPwModel,
-    "pw_pw": PwPwModel,
-    "pw_dw_pw": PwDwPwModel,
-}
-#: Chunk loads in flight per block (pw/linear run a cp.async ring; the fused kinds' depth is per tile,
-#: see `scheduled`; dw is single buffered).
-PIPELINE_DEPTH = {"pw": tiles.PW_STAGES - 1, "linear": tiles.PW_STAGES - 1}
-
-PRECISIONS = ("fp32", "tf32")
 #: Cluster size from which a launch can use only the spec's `cluster_sms` SMs (measured on a GH100 with
 #: benchmarks/probe_placement.py: clusters of 2 used all 132 SMs, clusters of 4 and 8 at most 120-124).
 CLUSTER_PLACED_MIN = 4
@@ -77,7 +49,7 @@ def context(kind: str, ops: tuple[Op, ...], dtype: str) -> KernelModel:
     for a, b in zip(gs, gs[1:], strict=False):
         if a.co != b.c:
             raise PlanError(f"ops of a {kind} group do not chain: {a.co} output channels feed {b.c} inputs")
-    return MODELS[kind](gs, DTYPE_BYTES[dtype])
+    return family(kind).cost_model(kind)(gs, DTYPE_BYTES[dtype])
 
 
 _LAST: list = [None, None]  # one-entry identity cache in front of `context` (same group, many tiles)
@@ -197,7 +169,7 @@ def launched(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, batch: int,
     ks = tiles.cluster_split(kind, ops, tile, batch, gpu, dtype)
     w = km.l1_reuse(km.work(tile, batch, residual, precision=precision, ks=ks, exact=exact), tile, ks,
                     gpu.hw.l1_cache_bytes, gpu.hw.l1_line_bytes)
-    w = l1_filtered(w, gpu.hw, dtype == "fp16", kind in tiles.FUSED_KINDS, ks)
+    w = l1_filtered(w, gpu.hw, dtype == "fp16", family(kind).fused, ks)
     return (*scheduled(kind, ops, tile, dtype, w, ks), ks)
 
 
@@ -208,10 +180,7 @@ def scheduled(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, w: Work, k
     barriers and the partial tiles read over distributed shared memory, which nothing overlaps); the
     bytes and FLOPs stay. Depth: the cp.async ring's stages - 1 (pw/linear and the fused kinds; 1 for
     a one-stage ring, whose one chunk in flight does not overlap the math), else 1."""
-    if kind in tiles.FUSED_KINDS:
-        depth = max(1, tiles.fused_stages(kind, ops, tile, dtype) - 1)
-    else:
-        depth = PIPELINE_DEPTH.get(kind, 1)
+    depth = family(kind).pipeline_depth(kind, ops, tile, dtype)
     if ks > 1:  # the reduction after the loop is not pipelined: a whole latency, `depth` chained steps
         w = w._replace(blocks=w.blocks * ks, iters=cdiv(w.iters, ks) + depth)
     return w, depth

@@ -12,11 +12,11 @@ See kernels/README.md for the ABI. This package imports CuPy lazily: importing i
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 
 from fuseplanner.core.errors import PlanError, TileError
-from fuseplanner.core.ir import GROUP_KINDS, Op, Tile
+from fuseplanner.core.ir import Op, Tile
+from fuseplanner.core.kinds import KERNEL_KINDS, KERNEL_MEMBERS
 from fuseplanner.kernels import tiles
 from fuseplanner.kernels._build import (
     compile_kernel,
@@ -27,9 +27,7 @@ from fuseplanner.kernels._build import (
     require_device,
 )
 from fuseplanner.kernels._common import activation, device_props, device_spec
-
-#: Kernel kinds `run` accepts.
-KERNEL_KINDS = ("dw", "pw", "linear", *GROUP_KINDS)
+from fuseplanner.kernels.family import family
 
 __all__ = [
     "activation",
@@ -48,8 +46,8 @@ __all__ = [
 ]
 
 
-def _members(kind: str) -> list[str]:
-    return ["linear"] if kind == "linear" else kind.split("_")
+def _members(kind: str) -> tuple[str, ...]:
+    return KERNEL_MEMBERS[kind][0]
 
 
 def check_tile(kind: str, ops: Sequence[Op], tile: Tile, dtype: str = "fp32", gpu=None) -> None:
@@ -78,23 +76,6 @@ def _with_batch(ops: Sequence[Op], kind: str, x) -> tuple[Op, ...]:
     return tuple(o.with_batch(int(x.shape[0])) for o in ops)
 
 
-def _preparer(kind: str) -> Callable:
-    from fuseplanner.kernels import lbl
-
-    if kind in ("dw", "pw", "linear"):
-        return getattr(lbl, f"prepare_{kind}")
-    fused = importlib.import_module("fuseplanner.kernels.fused")
-    prep = getattr(fused, f"prepare_{kind}", None)
-    if prep is not None:
-        return prep
-    runner = getattr(fused, f"run_{kind}")
-
-    def prepare_via_run(ops, tile, x, params, **kw):
-        return lambda: runner(ops, tile, x, params, **kw)
-
-    return prepare_via_run
-
-
 def prepare(kind: str, ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp32",
             precision: str = "fp32", residual=None, out=None, gpu=None) -> Callable:
     """Check the tile, compile the kernel and return a callable that launches it and returns `out`.
@@ -106,7 +87,7 @@ def prepare(kind: str, ops: Sequence[Op], tile: Tile, x, params, *, dtype: str =
     check_tile(kind, ops, tile, dtype, gpu)
     if len(params) != len(ops):
         raise PlanError(f"params must hold one (weight, bias) pair per op: got {len(params)} for {len(ops)} ops")
-    return _preparer(kind)(ops, tile, x, params, dtype=dtype, precision=precision, residual=residual, out=out)
+    return family(kind).preparer(kind)(ops, tile, x, params, dtype=dtype, precision=precision, residual=residual, out=out)
 
 
 def run(kind: str, ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp32",

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 from fuseplanner.core.errors import PlanError
 from fuseplanner.core.ir import Op
+from fuseplanner.core.kinds import PRECISIONS
 
 #: ACT define values (kernels/common.cuh) by canonical epilogue name.
 ACT_CODES = {
@@ -27,7 +28,6 @@ ACT_CODES = {
 PASSIVE_EPILOGUES = frozenset({"bias", "bn", "add"})
 #: NumPy/CuPy dtype names of the storage dtypes.
 NP_DTYPES = {"fp32": "float32", "fp16": "float16"}
-PRECISIONS = ("fp32", "tf32")
 
 
 def activation(op: Op) -> str | None:

@@ -36,6 +36,7 @@ from fuseplanner.kernels._common import (
     tf32_rounded,
     weight_as,
 )
+from fuseplanner.kernels.families.fused import FUSED
 from fuseplanner.kernels.lbl import Launch
 from fuseplanner.kernels.tiles import fma_group, mma_group
 
@@ -119,7 +120,7 @@ def _res(cp, residual, shape, dtype):
     return None if residual is None else check_array(cp, residual, shape, dtype, "residual")
 
 
-SOURCES = {kind: (f"fused_{kind}.cu", f"fused_{kind}") for kind in tiles.FUSED_KINDS}
+SOURCES = {kind: FUSED.source(kind) for kind in FUSED.kinds}
 
 
 def kernel_defines(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, precision: str,

@@ -31,6 +31,8 @@ from fuseplanner.kernels._common import (
     tf32_rounded,
     weight_as,
 )
+from fuseplanner.kernels.families.dw import DW
+from fuseplanner.kernels.families.pw import PW
 
 
 @dataclass
@@ -107,7 +109,7 @@ def prepare_dw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp32",
         "PAD_T": op.pads[0], "PAD_L": op.pads[1], "DIL_H": dh, "DIL_W": dwl, "V": v, "VEC": max(vec, 1),
         "LDX": tiles.dw_row_stride(ops, tw, e),
     }
-    kernel = _build.compile_kernel("dw.cu", "dw_kernel", defines)
+    kernel = _build.compile_kernel(*DW.source("dw"), defines)
     tiles_w = math.ceil(wo / tw)
     grid = (math.ceil(ho / th) * tiles_w, math.ceil(c / tf), n)
     nul = null_ptr(cp)
@@ -199,7 +201,7 @@ def prepare_pw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp32",
         "TH": th, "TW": tw, "TF": tf, "TC": tc, "THREADS": threads, "SH": sh, "SW": sw, "CL": int(cl),
         "XU": xu, "WU": wu, "STAGES": stages, "KS": split,
     }
-    kernel = _build.compile_kernel("pw.cu", "pw_kernel", defines)
+    kernel = _build.compile_kernel(*PW.source(kind), defines)
     tiles_w = math.ceil(wo / tw)
     grid = (math.ceil(ho / th) * tiles_w * split, math.ceil(c_out / tf), n)
     nul = null_ptr(cp)

@@ -23,18 +23,11 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from fuseplanner.core.ir import GROUP_KINDS, ModelGraph, Op
+from fuseplanner.core.ir import ModelGraph, Op
+from fuseplanner.core.kinds import GROUP_KINDS, GROUP_MEMBERS, MEMBER_KINDS
 
-#: Member-kind sequences that a fused kernel implements, by group kind.
-PATTERNS: dict[tuple[str, ...], str] = {
-    ("pw", "dw"): "pw_dw",
-    ("dw", "pw"): "dw_pw",
-    ("pw", "pw"): "pw_pw",
-    ("linear", "linear"): "pw_pw",
-    ("pw", "dw", "pw"): "pw_dw_pw",
-}
-#: Op kinds that can be members of a fused group.
-MEMBER_KINDS = ("pw", "dw", "linear")
+#: Group kind of each member-kind sequence a fused kernel implements.
+PATTERNS: dict[tuple[str, ...], str] = {seq: kind for kind, seqs in GROUP_MEMBERS.items() for seq in seqs}
 #: Opaque single-input elementwise ONNX ops that may sit between members (the kernel applies them).
 ELEMENTWISE_OPS = frozenset(
     {

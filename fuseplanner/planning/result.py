@@ -15,9 +15,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from fuseplanner.core.ir import Cost, KernelResources, Tile
+from fuseplanner.core.kinds import COST_MODELS, DTYPES, GROUP_KINDS, OBJECTIVES, PRECISIONS
 
 SCHEMA_VERSION = 1
-Objective = Literal["time", "gma", "dram"]
+Objective = Literal[OBJECTIVES]
 
 
 class KernelModel(BaseModel):
@@ -87,7 +88,7 @@ class GroupPlan(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["pw_dw", "dw_pw", "pw_pw", "pw_dw_pw"]
+    kind: Literal[GROUP_KINDS]
     nodes: list[str] = Field(description="member op names in execution order")
     epilogue: list[str] = Field(
         default_factory=list, description="ONNX nodes applied as epilogue (absorbed BN/activations, residual Add)"
@@ -178,11 +179,11 @@ class Plan(BaseModel):
     schema_version: int = SCHEMA_VERSION
     model: str
     gpu: str
-    dtype: Literal["fp32", "fp16"]
+    dtype: Literal[DTYPES]
     batch: int = Field(ge=1)
     objective: Objective
-    cost_model: Literal["ours", "paper"] = "ours"
-    precision: Literal["fp32", "tf32"] = "fp32"
+    cost_model: Literal[COST_MODELS] = "ours"
+    precision: Literal[PRECISIONS] = "fp32"
     kinds: list[str] = Field(default_factory=list, description="fused kinds the planner was allowed to use")
     groups: list[GroupPlan] = Field(default_factory=list)
     layers: list[LayerPlan] = Field(default_factory=list)

@@ -28,7 +28,9 @@ import networkx as nx
 import numpy as np
 
 from fuseplanner.core.errors import PlanError
-from fuseplanner.core.ir import DTYPE_BYTES, GROUP_KINDS, INFEASIBLE, Cost, ModelGraph, Op, Tile
+from fuseplanner.core.ir import INFEASIBLE, Cost, ModelGraph, Op, Tile
+from fuseplanner.core.kinds import COST_MODELS, DTYPE_BYTES, GROUP_KINDS, OBJECTIVES, PRECISIONS
+from fuseplanner.core.kinds import LAYER_KINDS as TILED_KINDS
 from fuseplanner.kernels import tiles as tiles_mod
 from fuseplanner.planning.candidates import (
     Candidate,
@@ -37,12 +39,6 @@ from fuseplanner.planning.candidates import (
     find_candidates,
     layer_residuals,
 )
-
-OBJECTIVES = ("time", "gma", "dram")
-COST_MODELS = ("ours", "paper")
-PRECISIONS = ("fp32", "tf32")
-#: Op kinds costed with a tiled layer-by-layer kernel; the others go to `estimate_op`.
-TILED_KINDS = ("dw", "pw", "linear")
 
 
 def _cost_functions() -> tuple[Callable[..., Cost], Callable[..., Cost]]:

@@ -21,12 +21,10 @@ import numpy as np
 import onnx
 
 from fuseplanner.core.errors import DeviceError, ModelError, PlanError
+from fuseplanner.core.kinds import DTYPES, PRECISIONS
 from fuseplanner.run import program as program_mod
 from fuseplanner.run.program import KernelStep, Program, build_program, precheck_supported
 from fuseplanner.run.runtime import Bound, bind
-
-DTYPES = ("fp32", "fp16")
-PRECISIONS = ("fp32", "tf32")
 
 
 @dataclass(frozen=True)

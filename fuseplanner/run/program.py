@@ -24,6 +24,7 @@ import onnx
 
 from fuseplanner.core.errors import ModelError, PlanError
 from fuseplanner.core.ir import ModelGraph, Op, Tile
+from fuseplanner.core.kinds import LAYER_KINDS, WEIGHTED_KINDS
 from fuseplanner.frontend.view import GraphView
 from fuseplanner.run.constants import fold_constants
 from fuseplanner.run.weights import fold
@@ -258,7 +259,7 @@ def _folded_op(b: _Builder, op: Op, reason: str) -> None:
 
 def _library_op(b: _Builder, name: str, reason: str = "") -> None:
     op = b.graph.op(name)
-    if op.kind in ("dw", "pw", "conv", "linear"):
+    if op.kind in WEIGHTED_KINDS:
         _folded_op(b, op, reason)
     else:
         _onnx_step(b, op.index, reason)
@@ -316,7 +317,7 @@ def precheck_supported(model: onnx.ModelProto, graph: ModelGraph, supported) -> 
     names = {view.node_name(i): i for i in range(len(view.nodes))}
     kernel_side = set()
     for op in graph.ops():
-        if op.kind in ("dw", "pw", "conv", "linear"):
+        if op.kind in WEIGHTED_KINDS:
             kernel_side.update([op.index, *(names[n] for n in op.epilogue_nodes)])
     missing: dict[str, int] = {}
     for i in view.compute:
@@ -344,7 +345,7 @@ def build_program(model: onnx.ModelProto, graph: ModelGraph, plan, *, dtype: str
     for g in plan.groups:
         _kernel(b, g.kind, g.nodes, g.absorbed, g.tile, g.residual_input if g.residual else None)
     for lay in plan.layers:
-        if lay.tile is not None and lay.kind in ("dw", "pw", "linear"):
+        if lay.tile is not None and lay.kind in LAYER_KINDS:
             _kernel(b, lay.kind, [lay.node], lay.absorbed, lay.tile, lay.residual_input if lay.residual else None)
         else:
             for n in lay.covers:

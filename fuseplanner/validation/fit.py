@@ -35,6 +35,7 @@ import numpy as np
 
 from fuseplanner.core.errors import FusePlannerError, ModelError
 from fuseplanner.core.ir import Tile
+from fuseplanner.core.kinds import LAYER_KINDS
 from fuseplanner.hw.kernel_fit import PARAMS, KernelFit
 from fuseplanner.validation.microbench import apply_measured
 from fuseplanner.validation.report import load_results
@@ -93,7 +94,7 @@ class Sample:
 
     @property
     def fused(self) -> bool:
-        return any(s.kind not in ("dw", "pw", "linear") for s in self.steps)
+        return any(s.kind not in LAYER_KINDS for s in self.steps)
 
 
 @dataclass
@@ -267,7 +268,7 @@ def _rate_fields(samples: Sequence[Sample]) -> list[str]:
     names: set[str] = {LOAD_FIELD}
     for s in samples:
         for st in s.steps:
-            fused = st.kind not in ("dw", "pw", "linear")
+            fused = st.kind not in LAYER_KINDS
             names.add(EXPONENT_FIELDS[fused])
             if st.kind == "dw":
                 names.add(RATE_FIELDS[("dw", "fp16" if s.dtype == "fp16" else "fp32")])

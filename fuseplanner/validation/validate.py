@@ -39,6 +39,7 @@ import numpy as np
 
 from fuseplanner.core.errors import DeviceError, FusePlannerError
 from fuseplanner.core.ir import Cost, KernelResources, ModelGraph, Op, Tile
+from fuseplanner.core.kinds import LAYER_KINDS as TILED_KINDS
 from fuseplanner.kernels import tiles as tiles_mod
 from fuseplanner.validation import ncu as ncu_mod
 from fuseplanner.validation import report as report_mod
@@ -51,7 +52,6 @@ REPEAT = 100
 #: planned one).
 SWEEP_TILES = 6
 TILE_MODES = ("planned", "sweep", "layers")
-TILED_KINDS = ("dw", "pw", "linear")
 #: Regex of kernel names ncu profiles: our kernels (kernels/*.cu: dw_kernel, pw_kernel, fused_*) and the
 #: region markers; CuPy's helper kernels (fills, casts) are not profiled.
 KERNEL_REGEX = f"{ncu_mod.MARK_BEGIN}|{ncu_mod.MARK_END}|_kernel|fused_"
