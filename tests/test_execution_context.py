@@ -117,3 +117,27 @@ def test_graph_context_is_cheaper_and_saves_dram(v2):
     assert iso.planned.time_s - gr.planned.time_s >= 0
     assert gr.planned.time_s >= iso.planned.time_s - launches * (3.68e-6 - 1.3e-6) - gr.planned.saved_read_bytes / 3.009e12
     assert 0 < gr.planned.dram_bytes < iso.planned.dram_bytes
+
+
+def test_plan_in_graph_context_decides_on_graph_times(v2):
+    g, iso = v2
+    gr = fuseplanner.plan(g, gpu("h100"), workers=1, context="graph")
+    assert iso.context == "isolated" and gr.context == "graph"
+    # every fused group of the graph-context plan saves time in that context
+    terms = launch_terms(gpu("h100"))
+    for grp in gr.groups:
+        assert context_time(grp.fused_cost, terms, "graph") < context_time(grp.unfused_cost, terms, "graph")
+    # the graph context's whole prediction of its own plan is no worse than of the isolated plan
+    t_gr = predict_whole(g, gpu("h100"), gr, "graph").planned.time_s
+    t_iso = predict_whole(g, gpu("h100"), iso, "graph").planned.time_s
+    assert t_gr <= t_iso * 1.001
+    with pytest.raises(PlanError):
+        fuseplanner.plan(g, gpu("h100"), workers=1, context="warm")
+
+
+def test_cli_plan_context_graph(capsys):
+    from fuseplanner.cli.main import main
+
+    assert main(["plan", "mobilenet_v1", "--gpu", "h100", "--context", "graph"]) == 0
+    out = capsys.readouterr().out
+    assert "graph context (whole inference" in out and "saving" in out

@@ -183,6 +183,9 @@ class Plan(BaseModel):
     objective: Objective
     cost_model: Literal["ours", "paper"] = "ours"
     precision: Literal["fp32", "tf32"] = "fp32"
+    context: Literal["isolated", "graph"] = Field(
+        "isolated", description="execution context the time objective decided in (fuseplanner.cost.execution); "
+        "costs are isolated-context either way")
     kinds: list[str] = Field(default_factory=list, description="fused kinds the planner was allowed to use")
     groups: list[GroupPlan] = Field(default_factory=list)
     layers: list[LayerPlan] = Field(default_factory=list)
