@@ -526,7 +526,7 @@ def plan(
         layers=layers,
         totals=Totals(unfused=CostModel.from_cost(unfused_total), planned=CostModel.from_cost(planned_total)),
         rejected=rejected,
-        warnings=spec.warnings(kernel_fit=model == "ours", graph=context == "graph"),
+        warnings=spec.warnings(kernel_fit=model == "ours", **({"graph": True} if context == "graph" else {})),
         context=context,
     )
 
