@@ -395,9 +395,10 @@ pw_kernel(const T* __restrict__ x, const T* __restrict__ w, const float* __restr
                 // rows past P read row P - 1 and only feed columns that are never stored
                 ldsm_x2(bf[j], &XS_AT(xs, ks + 4 * ((lane >> 3) & 1), min((wn * WN_T + j) * 8 + (lane & 7), P - 1)));
 #elif USE_TC == 1
-                // the input's fp32 bits as they are: the tensor cores read the TF32 part (truncation)
-                bf[j][0] = ok ? __float_as_uint(XS_AT(xs, ks + tq, c)) : 0u;
-                bf[j][1] = ok ? __float_as_uint(XS_AT(xs, ks + tq + 4, c)) : 0u;
+                // the input rounded to TF32 to nearest (cvt.rna, as the weights are): fed as raw fp32 bits
+                // the tensor cores would truncate them, an error biased toward zero that adds up over layers
+                bf[j][0] = ok ? f2tf32(XS_AT(xs, ks + tq, c)) : 0u;
+                bf[j][1] = ok ? f2tf32(XS_AT(xs, ks + tq + 4, c)) : 0u;
 #elif CL
                 bf[j][0] = ok ? *reinterpret_cast<const unsigned*>(&XS_AT(xs, ks + 2 * tq, c)) : 0u;
                 if (KSTEP == 16) bf[j][1] = ok ? *reinterpret_cast<const unsigned*>(&XS_AT(xs, ks + 2 * tq + 8, c)) : 0u;

@@ -46,6 +46,10 @@ def _options(parsers: dict) -> None:
     d.add_argument("--from", dest="lo", type=float, default=0.8, help="lowest threshold scanned (default 0.8)")
     d.add_argument("--to", dest="hi", type=float, default=2.0, help="highest threshold scanned (default 2.0)")
     d.add_argument("--step", type=float, default=0.05, help="threshold step (default 0.05)")
+    a = parsers["accuracy"]
+    a.add_argument("--train", nargs="+", default=None, metavar="RESULTS",
+                   help="the runs the spec was fitted on: also score RESULTS without the records whose (model, dtype, "
+                   "batch, nodes, tile) a training record has, and each model's records alone")
     r = parsers["registers"]
     r.add_argument("--python", action="store_true", help="also print the fitted table as Python (registers.COMPILED)")
     r.add_argument("--compile", action="store_true", help="compile the runs' fused tiles with nvcc (on PATH; "
@@ -101,7 +105,26 @@ def run_accuracy(args: argparse.Namespace) -> int:
     from fuseplanner.analysis.accuracy import accuracy, accuracy_table
 
     spec, runs = _load(args)
+    if args.train:
+        _print_generalisation(runs, args)
     return _show([accuracy_table(accuracy(runs), None if args.stored else spec.name)], args)
+
+
+def _print_generalisation(runs, args: argparse.Namespace) -> None:
+    """Time errors of every test record, of those no training record repeats, and per model."""
+    from fuseplanner.analysis.generalisation import dedup_accuracy, per_model
+    from fuseplanner.analysis.runs import load_runs
+
+    s = dedup_accuracy(runs, load_runs(args.train))
+
+    def cell(e) -> str:
+        return "n/a" if not e.n else f"median {e.median:.1f}%, p90 {e.p90:.1f}% (n={e.n})"
+
+    sys.stdout.write(f"time error, all test records: {cell(s.all['time'])}\n"
+                     f"time error, deduplicated against training ({s.kept} of {s.records} kept): "
+                     f"{cell(s.deduplicated['time'])}\n")
+    for model, errs in per_model(runs).items():
+        sys.stdout.write(f"  {model}: {cell(errs['time'])}\n")
 
 
 def run_decisions(args: argparse.Namespace) -> int:

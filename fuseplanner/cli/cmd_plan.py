@@ -95,6 +95,17 @@ def check_output_path(text: str | None, option: str, allow_stdout: bool = False)
         raise PlanError(f"{option} {text!r}: folder {str(p.parent)!r} does not exist")
 
 
+def _print_whole(graph, spec, result) -> None:
+    """One line: the whole inference planned and unfused in the graph context."""
+    from fuseplanner.planning.whole import predict_whole
+
+    w = predict_whole(graph, spec, result, "graph")
+    sys.stdout.write(f"graph context (whole inference, CUDA-graph replay): planned {w.planned.time_s * 1e6:.1f} us, "
+                     f"unfused {w.unfused.time_s * 1e6:.1f} us, saving {w.saving:.1%}; DRAM "
+                     f"{w.planned.dram_bytes / 1e6:.2f} MB planned ({w.planned.saved_read_bytes / 1e6:.2f} MB of reads "
+                     "served from L2)\n")
+
+
 # ---- the command --------------------------------------------------------------------------------
 
 
@@ -111,6 +122,10 @@ def register(subparsers) -> None:
     p.add_argument("--gpu", default=None, metavar="NAME|PATH",
                    help="GPU spec name (see `fuseplanner gpus`) or TOML file; default: the local GPU, else h100")
     add_plan_options(p)
+    p.add_argument("--context", choices=CONTEXTS, default="isolated",
+                   help="execution context the time objective decides in: isolated launches after an L2 flush "
+                   "(default) or back-to-back launches in a CUDA graph (spec graph facts, L2 residency); graph "
+                   "also prints the whole-model prediction in that context")
     p.add_argument("--json", default=None, metavar="PATH|-", help="write the plan as JSON ('-': stdout, nothing else)")
     p.add_argument("--onnx", default=None, metavar="PATH",
                    help="write the model with each fused group replaced by one ai.fuseplanner FusedConv node")
@@ -139,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     shapes = parse_input_shapes(args.input_shape)
     spec, note = resolve_gpu(args.gpu)
     graph = load_from_args(args)
-    result = plan(graph, spec, **plan_kwargs(args))
+    result = plan(graph, spec, **plan_kwargs(args), context=args.context)
     # build every output in memory first: nothing is written unless all of them succeed
     outputs: list[tuple[str, str]] = []
     json_text = result.to_json()
@@ -164,6 +179,8 @@ def run(args: argparse.Namespace) -> int:
     from fuseplanner.cli.plan_table import print_plan
 
     print_plan(result)
+    if args.context == "graph":
+        _print_whole(graph, spec, result)
     for path, what in ((args.json, "plan JSON"), (args.markdown, "markdown report"), (args.onnx, "rewritten ONNX")):
         if path:
             sys.stdout.write(f"wrote {what} to {path}\n")

@@ -50,6 +50,13 @@ def register(subparsers) -> None:
                    help="with --from-results: recompute our model's predictions with the current cost model and --gpu "
                    "(default: the spec the results name), re-plan each group among its measured tiles, then report")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    p.add_argument("--whole", action="store_true",
+                   help="run the whole model with the executor, planned and unfused, as CUDA-graph replays and per "
+                   "step in stream mode, and compare with the whole-inference prediction in the graph context; "
+                   "writes whole.json and whole.md to --out")
+    p.add_argument("--context", choices=CONTEXTS, default="isolated",
+                   help="with --whole: the execution context the plan's time objective decides in (default isolated)")
+    p.add_argument("--replays", type=positive_int, default=200, help="with --whole: CUDA-graph replays timed (default 200)")
     p.set_defaults(func=run)
 
 
@@ -134,7 +141,23 @@ def run(args: argparse.Namespace) -> int:
     from fuseplanner.kernels import require_device
 
     require_device()  # fail fast, before loading or planning, when there is no GPU
-    return _validate(args)
+    return _validate_whole(args) if args.whole else _validate(args)
+
+
+def _validate_whole(args: argparse.Namespace) -> int:
+    from fuseplanner.validation.whole import measure, to_markdown, write
+
+    gpu = resolve_gpu(args.gpu)
+    result = measure(args.model, gpu, dtype=args.dtype, precision=args.precision, batch=args.batch,
+                     replays=args.replays, context=args.context,
+                     input_shapes=parse_input_shapes(args.input_shape) or None)  # fmt: skip
+    out = Path(args.out) if args.out else _default_out(args.model, gpu.name, args.dtype, result.batch)
+    js, md = write([result], out)
+    if args.json:
+        sys.stdout.write(result.model_dump_json(indent=1) + "\n")
+    else:
+        sys.stdout.write(to_markdown([result]) + f"\nwrote {js} and {md}\n")
+    return 0
 
 
 def _validate(args: argparse.Namespace) -> int:

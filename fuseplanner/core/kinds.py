@@ -43,3 +43,7 @@ PRECISIONS = ("fp32", "tf32")
 OBJECTIVES = ("time", "gma", "dram")
 #: Cost models: ours, and the published element-count model.
 COST_MODELS = ("ours", "paper")
+
+#: Execution contexts of the time model (fuseplanner.cost.execution): one launch alone after an L2
+#: flush, or back to back in a CUDA graph.
+CONTEXTS = ("isolated", "graph")

@@ -37,7 +37,12 @@ MEASURABLE = (
     "launch_overhead_s",
     "mem_latency_s",
     "l2_usable_fraction",
+    "graph_launch_interval_s",
+    "graph_kernel_tail_s",
+    "opaque_op_floor_s",
 )
+#: The facts only the graph execution context reads (fuseplanner.cost.execution).
+GRAPH_FIELDS = ("graph_launch_interval_s", "graph_kernel_tail_s", "opaque_op_floor_s")
 #: The spec whose fit a spec without one of its own (neither ``[fit]`` nor ``fit_from``) borrows.
 DEFAULT_FIT = "h100"
 #: The lowest compute capability the bundled kernels run on (cp.async, mma.sync with bf16/tf32).
@@ -128,6 +133,19 @@ class GpuSpec(BaseModel):
     clock_hz: float = Field(gt=0)
     launch_overhead_s: float = Field(gt=0, description="launch + empty timed region")
     mem_latency_s: float = Field(default=6e-7, gt=0, description="global-memory load latency, cold L2")
+    graph_launch_interval_s: float | None = Field(
+        default=None, gt=0,
+        description="graph context (fuseplanner.cost.execution): the least time between the starts of two kernels "
+        "launched back to back in a CUDA graph; no step of a graph replay takes less (None: no floor beyond the tail)")
+    graph_kernel_tail_s: float | None = Field(
+        default=None, gt=0,
+        description="graph context: what one kernel of a CUDA graph adds to its body in place of the isolated "
+        "launch floor launch_overhead_s (dispatch, drain, dependency resolution; None: launch_overhead_s, "
+        "i.e. no launch saving in a graph)")
+    opaque_op_floor_s: float | None = Field(
+        default=None, gt=0,
+        description="graph context: the least time of one opaque operator (the executor's operator library may "
+        "launch several kernels for it; None: graph_launch_interval_s)")
     warp_size: int = Field(default=32, gt=0)
     sector_bytes: Literal[32] = Field(default=32, description="L2 sector; every CUDA GPU since Maxwell uses 32")
     l1_line_bytes: Literal[128] = Field(
@@ -234,10 +252,11 @@ class GpuSpec(BaseModel):
         major, minor = (int(x) for x in self.compute_capability.split("."))
         return (major, minor) < KERNEL_MIN_CC
 
-    def warnings(self, kernel_fit: bool = True) -> list[str]:
+    def warnings(self, kernel_fit: bool = True, graph: bool = False) -> list[str]:
         """What limits trust in this spec's predictions, one line each: a borrowed kernel fit (unless
         `kernel_fit` is False: a cost model that does not read the fit), a GPU the bundled kernels cannot
-        run on, datasheet values that are estimates."""
+        run on, datasheet values that are estimates (the graph-context facts `GRAPH_FIELDS` only when
+        `graph`: a prediction in the isolated context does not read them)."""
         out = []
         if kernel_fit and self.fit.borrowed:
             out.append(f"{self.name} has no kernel fit of its own: kernel parameters borrowed from "
@@ -246,7 +265,7 @@ class GpuSpec(BaseModel):
         if self.plan_only:
             out.append(f"{self.name} is compute capability {self.compute_capability}: the bundled kernels need "
                        "sm_80 or newer (cp.async, mma), so this plan is a prediction only")
-        guessed = [f for f in self.estimated if f not in self.measured]
+        guessed = [f for f in self.estimated if f not in self.measured and (graph or f not in GRAPH_FIELDS)]
         if guessed:
             verb = "is an estimate" if len(guessed) == 1 else "are estimates"
             out.append(f"{self.name}: {', '.join(guessed)} {verb}, not a datasheet figure or a measurement "

@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from fuseplanner.core.ir import Cost, KernelResources, Tile
-from fuseplanner.core.kinds import COST_MODELS, DTYPES, GROUP_KINDS, OBJECTIVES, PRECISIONS
+from fuseplanner.core.kinds import CONTEXTS, COST_MODELS, DTYPES, GROUP_KINDS, OBJECTIVES, PRECISIONS
 
 SCHEMA_VERSION = 1
 Objective = Literal[OBJECTIVES]
@@ -184,6 +184,9 @@ class Plan(BaseModel):
     objective: Objective
     cost_model: Literal[COST_MODELS] = "ours"
     precision: Literal[PRECISIONS] = "fp32"
+    context: Literal[CONTEXTS] = Field(
+        "isolated", description="execution context the time objective decided in (fuseplanner.cost.execution); "
+        "costs are isolated-context either way")
     kinds: list[str] = Field(default_factory=list, description="fused kinds the planner was allowed to use")
     groups: list[GroupPlan] = Field(default_factory=list)
     layers: list[LayerPlan] = Field(default_factory=list)

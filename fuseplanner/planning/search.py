@@ -31,6 +31,7 @@ from fuseplanner.core.errors import PlanError
 from fuseplanner.core.ir import INFEASIBLE, Cost, ModelGraph, Op, Tile
 from fuseplanner.core.kinds import COST_MODELS, DTYPE_BYTES, GROUP_KINDS, OBJECTIVES, PRECISIONS
 from fuseplanner.core.kinds import LAYER_KINDS as TILED_KINDS
+from fuseplanner.cost.execution import check_context, context_time, launch_terms
 from fuseplanner.kernels import tiles as tiles_mod
 from fuseplanner.planning.candidates import (
     Candidate,
@@ -426,6 +427,7 @@ def plan(
     model: str = "ours",
     precision: str = "fp32",
     workers: int | None = None,
+    context: str = "isolated",
 ):
     """Plan which DW/PW layers of `graph` to fuse on `gpu`, with which tiles.
 
@@ -435,12 +437,16 @@ def plan(
     all of pw_dw, dw_pw, pw_pw, pw_dw_pw); model: cost model "ours" or "paper"; precision: "tf32"
     lets fp32 pointwise parts use TF32 tensor cores; workers: processes for the tile search (default:
     the usable CPUs when the model has many distinct kernels; 1 searches in this process, e.g. in a
-    threaded server where forking is unwelcome). Returns a `Plan`.
+    threaded server where forking is unwelcome); context: the execution context the time objective
+    decides in (`fuseplanner.cost.execution`: "isolated" launches, or "graph" replay, where each
+    launch's floor is the spec's graph tail; the plan's costs stay isolated-context). Returns a `Plan`.
     """
     from fuseplanner.planning.result import CostModel, GroupPlan, LayerPlan, Plan, RejectedPlan, Totals
 
     allowed = _check_options(dtype, batch, objective, kinds, model, precision)
+    check_context(context)
     spec = _resolve_gpu(gpu)
+    decide = _decider(spec, objective, context)
     b = model_batch(graph) if batch is None else batch
     ops = {op.name: op.with_batch(b) for op in graph.ops()}
     search = TileSearch(spec, dtype, b, objective, model, precision)
@@ -478,14 +484,14 @@ def plan(
             rejected.append(_rejected(cand, "overlap", f"the same group applying the residual Add "
                                                        f"{resid[cand.members[-1]].add!r} is evaluated instead"))
             continue
-        why, stage = _why_not_helpful(ev, objective, margin)
+        why, stage = _why_not_helpful(ev, objective, margin, decide)
         if why:
             rejected.append(_rejected(cand, stage, why))
         else:
             helpful.append(ev)
 
     covers = [ev.cand.nodes for ev in helpful]
-    savings = [ev.unfused.metric(objective) - ev.fused_total.metric(objective) for ev in helpful]
+    savings = [decide(ev.unfused) - decide(ev.fused_total) for ev in helpful]
     chosen = set(choose_exact(covers, savings))
     groups: list[GroupPlan] = []
     covered: dict[str, str] = {}
@@ -516,7 +522,8 @@ def plan(
         layers=layers,
         totals=Totals(unfused=CostModel.from_cost(unfused_total), planned=CostModel.from_cost(planned_total)),
         rejected=rejected,
-        warnings=spec.warnings(kernel_fit=model == "ours"),
+        warnings=spec.warnings(kernel_fit=model == "ours", **({"graph": True} if context == "graph" else {})),
+        context=context,
     )
 
 
@@ -558,7 +565,16 @@ def _layer_plans(graph: ModelGraph, ops: dict[str, Op], layer: dict[str, Choice]
     return out
 
 
-def _why_not_helpful(ev: Evaluated, objective: str, margin: float = 1.0) -> tuple[str, str]:
+def _decider(spec, objective: str, context: str) -> Callable[[Cost], float]:
+    """The number a plan decision compares: the objective's metric, in `context` for the time objective."""
+    if objective != "time" or context == "isolated":
+        return lambda cost: cost.metric(objective)
+    terms = launch_terms(spec)
+    return lambda cost: context_time(cost, terms, context)
+
+
+def _why_not_helpful(ev: Evaluated, objective: str, margin: float = 1.0,
+                     decide: Callable[[Cost], float] | None = None) -> tuple[str, str]:  # fmt: skip
     """Why a feasible candidate is not worth fusing ("" if it is). For the time objective the predicted
     unfused/fused ratio must reach `margin` (the GPU's `fuse_min_speedup`, fitted to measured fuse
     decisions: it absorbs the optimism of picking the best-predicted of many fused tiles)."""
@@ -566,7 +582,8 @@ def _why_not_helpful(ev: Evaluated, objective: str, margin: float = 1.0) -> tupl
         return ev.fused.reason or "no feasible tile", "tile"
     if not ev.unfused.feasible:
         return "a member has no feasible layer-by-layer kernel to compare with", "tile"
-    f, u = ev.fused_total.metric(objective), ev.unfused.metric(objective)
+    decide = decide or (lambda cost: cost.metric(objective))
+    f, u = decide(ev.fused_total), decide(ev.unfused)
     if f >= u:
         return f"fused {_fmt(f, objective)} is not below unfused {_fmt(u, objective)}", "gain"
     if objective == "time" and u < margin * f:

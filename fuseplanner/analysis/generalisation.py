@@ -1,0 +1,65 @@
+"""Honest scoring of saved records: test records deduplicated against training records, and errors per
+held-out model.
+
+A record's configuration key is (model, dtype, batch, nodes, tile): the run's model, storage dtype
+and batch, the record's member nodes and its tiles. `dedup` drops the test records whose key also
+occurs in the training runs, so a test score counts only configurations the fit never saw;
+`dedup_accuracy` scores both the full and the deduplicated test set. `per_model` groups runs by model
+and scores each model's records alone: with runs re-predicted by a spec fitted without that model
+(`fuseplanner calibrate --from-results` on the other models' records), this is leave-one-model-out
+accuracy; on a spec fitted on every model it is the in-sample error split by model.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fuseplanner.analysis.accuracy import METRICS, Errors, metric_apes
+from fuseplanner.analysis.runs import Run
+
+
+def record_key(run: Run, record: dict) -> tuple:
+    """(model, dtype, batch, nodes, tile) of one record of `run`."""
+    meta = run.data["meta"]
+    tiles = json.dumps(record.get("tiles") or [], sort_keys=True)
+    return (meta["model"], meta["dtype"], int(meta["batch"]), tuple(record.get("nodes") or ()), tiles)
+
+
+def training_keys(train: Sequence[Run]) -> frozenset[tuple]:
+    return frozenset(record_key(r, rec) for r in train for rec in r.records)
+
+
+def dedup(test: Sequence[Run], train: Sequence[Run]) -> list[dict]:
+    """The test records whose configuration key no training record has."""
+    seen = training_keys(train)
+    return [rec for r in test for rec in r.records if record_key(r, rec) not in seen]
+
+
+@dataclass(frozen=True)
+class DedupScore:
+    """Errors of every test record and of those left after deduplication against the training runs."""
+
+    all: dict[str, Errors]
+    deduplicated: dict[str, Errors]
+    records: int
+    kept: int
+
+
+def _errors(records: Sequence[dict]) -> dict[str, Errors]:
+    return {m: Errors.of(metric_apes(records, m)) for m in METRICS}
+
+
+def dedup_accuracy(test: Sequence[Run], train: Sequence[Run]) -> DedupScore:
+    every = [rec for r in test for rec in r.records]
+    kept = dedup(test, train)
+    return DedupScore(_errors(every), _errors(kept), len(every), len(kept))
+
+
+def per_model(runs: Sequence[Run]) -> dict[str, dict[str, Errors]]:
+    """Errors of each model's records alone (module docstring: leave-one-model-out with a refit spec)."""
+    by: dict[str, list[dict]] = {}
+    for r in runs:
+        by.setdefault(r.data["meta"]["model"], []).extend(r.records)
+    return {m: _errors(recs) for m, recs in sorted(by.items())}

@@ -1,0 +1,186 @@
+"""Execution context of a prediction: how a launch and its DRAM reads are charged over a whole model.
+
+- `isolated` (what every cost model in `fuseplanner.cost` predicts, and what `validate` measures per
+  kernel): one launch alone after an L2 flush. A kernel takes `launch_overhead_s` (the empty timed
+  region) plus its body; every operand comes from DRAM.
+- `graph`: the model's kernels replayed back to back in a CUDA graph (what `fuseplanner run`
+  measures). A kernel takes
+
+      max(graph_launch_interval_s, body + graph_kernel_tail_s),  body = isolated time - launch_overhead_s
+
+  (an opaque operator at least `opaque_op_floor_s`), and its activation reads come from L2 when the
+  residency rule below says they are still there. Spec facts left unset fall back so that a GPU
+  without graph measurements predicts no launch saving: the tail defaults to `launch_overhead_s`,
+  the interval to none, the opaque floor to the interval.
+
+Residency rule (graph context, `resident_reads`). Walk the steps in executed order with a running
+count of the bytes each step moves through L2 to or from DRAM: its isolated DRAM reads (activations,
+weights and re-reads) plus the bytes of the tensors it writes. A step reads tensor t from L2, not
+DRAM, when t's producer finished within the last L2 capacity of that traffic:
+
+    traffic since the producer finished + bytes(t) <= l2_bytes x l2_usable_fraction
+
+(least-recently-used eviction of a cache that holds `l2_usable_fraction` of its size). Tensors no
+step produced (model inputs) and weights are read from DRAM: the rule predicts one inference that
+starts with a cold L2. A view (a step with no launch) passes its input's residency to its output.
+DRAM writes are not saved: L2 writes dirty lines back whether or not the tensor is read again.
+
+A step's saved read bytes are at most its isolated DRAM reads; its time falls by its memory time
+with the full reads less its memory time with the remaining reads, where memory time is the larger
+of its L2-level bytes at `l2_bw` and its DRAM bytes at `dram_bw` (`kernel_time`'s memory term), so a
+step bound by L2 bandwidth, latency or compute saves nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fuseplanner.core.errors import PlanError
+from fuseplanner.core.ir import Cost
+from fuseplanner.core.kinds import CONTEXTS
+from fuseplanner.hw.spec import GpuSpec
+
+
+@dataclass(frozen=True)
+class LaunchTerms:
+    """Seconds of the launch terms of a context: the isolated floor a cost's time includes per launch,
+    the tail a graph kernel adds to its body in its place, the least spacing of graph kernels and the
+    least time of an opaque operator in a graph."""
+
+    floor_s: float
+    tail_s: float
+    interval_s: float
+    opaque_floor_s: float
+
+
+@dataclass(frozen=True)
+class Access:
+    """One activation tensor a step reads or writes, and its bytes."""
+
+    tensor: str
+    bytes: float
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of an executed model: its label, kind (kernel kind or op kind), ONNX op type, isolated
+    `Cost`, and the activation tensors it reads and writes."""
+
+    label: str
+    kind: str
+    op_type: str
+    cost: Cost
+    reads: tuple[Access, ...] = ()
+    writes: tuple[Access, ...] = ()
+
+
+@dataclass(frozen=True)
+class StepPrediction:
+    """One step's predicted seconds and DRAM bytes in a context; `saved_read_bytes`: DRAM reads the
+    residency rule served from L2."""
+
+    label: str
+    kind: str
+    op_type: str
+    time_s: float
+    dram_read_bytes: float
+    dram_write_bytes: float
+    saved_read_bytes: float = 0.0
+
+
+@dataclass(frozen=True)
+class WholePrediction:
+    """A whole inference in one context: every step in executed order."""
+
+    context: str
+    steps: tuple[StepPrediction, ...]
+
+    @property
+    def time_s(self) -> float:
+        return sum(s.time_s for s in self.steps)
+
+    @property
+    def dram_bytes(self) -> float:
+        return sum(s.dram_read_bytes + s.dram_write_bytes for s in self.steps)
+
+    @property
+    def saved_read_bytes(self) -> float:
+        return sum(s.saved_read_bytes for s in self.steps)
+
+
+def check_context(context: str) -> str:
+    if context not in CONTEXTS:
+        raise PlanError(f"unknown execution context {context!r}: use one of {', '.join(CONTEXTS)}")
+    return context
+
+
+def launch_terms(spec: GpuSpec) -> LaunchTerms:
+    """The spec's launch terms, unset graph facts falling back as the module docstring says."""
+    floor = float(spec.eff("launch_overhead_s"))
+    tail = spec.eff("graph_kernel_tail_s")
+    interval = spec.eff("graph_launch_interval_s")
+    opaque = spec.eff("opaque_op_floor_s")
+    interval = float(interval) if interval is not None else 0.0
+    return LaunchTerms(floor_s=floor, tail_s=float(tail) if tail is not None else floor, interval_s=interval,
+                       opaque_floor_s=float(opaque) if opaque is not None else interval)  # fmt: skip
+
+
+def context_time(cost: Cost, terms: LaunchTerms, context: str, opaque: bool = False) -> float:
+    """Seconds of `cost`'s launches in `context`, without the residency rule. A cost of several
+    launches (a group and its orphaned Add, a plan total) is charged per launch on average: each
+    launch's isolated floor becomes the graph tail, and the whole takes at least one interval (or
+    opaque floor) per launch."""
+    n = cost.launches
+    if context == "isolated" or n == 0:
+        return cost.time_s
+    floor = terms.opaque_floor_s if opaque else terms.interval_s
+    return max(n * floor, cost.time_s - n * (terms.floor_s - terms.tail_s))
+
+
+def resident_reads(steps: Sequence[Step], capacity: float) -> tuple[float, ...]:
+    """Bytes of each step's activation reads that the residency rule (module docstring) serves from L2."""
+    done: dict[str, float] = {}  # tensor -> traffic count when its producer finished
+    traffic = 0.0
+    out = []
+    for s in steps:
+        hit = sum(a.bytes for a in s.reads if a.tensor in done and traffic - done[a.tensor] + a.bytes <= capacity)
+        out.append(hit)
+        if s.cost.launches == 0:  # a view: its outputs are its first input, wherever that is
+            first = s.reads[0].tensor if s.reads else None
+            for w in s.writes:
+                if first in done:
+                    done[w.tensor] = done[first]
+            continue
+        traffic += s.cost.dram_read_bytes + sum(w.bytes for w in s.writes)
+        for w in s.writes:
+            done[w.tensor] = traffic
+    return tuple(out)
+
+
+def _memory_s(gma: float, dram: float, spec_bw: tuple[float, float]) -> float:
+    return max(gma / spec_bw[0], dram / spec_bw[1])
+
+
+def predict(steps: Sequence[Step], spec: GpuSpec, context: str) -> WholePrediction:
+    """Every step of a whole inference in `context` (see the module docstring)."""
+    check_context(context)
+    hw = spec.hw
+    if context == "isolated":
+        return WholePrediction(context, tuple(
+            StepPrediction(s.label, s.kind, s.op_type, s.cost.time_s, s.cost.dram_read_bytes, s.cost.dram_write_bytes)
+            for s in steps))  # fmt: skip
+    terms = launch_terms(spec)
+    hits = resident_reads(steps, hw.l2_bytes * hw.l2_usable_fraction)
+    out = []
+    for s, hit in zip(steps, hits, strict=True):
+        c = s.cost
+        saved = min(hit, c.dram_read_bytes) if c.launches else 0.0
+        bw = (hw.l2_bw, hw.dram_bw)
+        gain = _memory_s(c.gma_bytes, c.dram_bytes, bw) - _memory_s(c.gma_bytes, c.dram_bytes - saved, bw)
+        t = context_time(c, terms, context, opaque=s.kind == "opaque")
+        if c.launches:
+            floor = terms.opaque_floor_s if s.kind == "opaque" else terms.interval_s
+            t = max(c.launches * floor, t - gain)
+        out.append(StepPrediction(s.label, s.kind, s.op_type, t, c.dram_read_bytes - saved, c.dram_write_bytes, saved))
+    return WholePrediction(context, tuple(out))

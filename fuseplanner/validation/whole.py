@@ -1,0 +1,194 @@
+"""Whole-model validation: the executor's measured latency against the whole-inference prediction.
+
+`measure(...)` (GPU) compiles a model planned and unfused with `fuseplanner.compile`, replays each as a
+CUDA graph (`bench`) and times the planned program's steps in stream mode (`time_nodes`). `compare`
+(pure) sets those measurements beside `fuseplanner.planning.whole.predict_whole` in the graph context
+(and the isolated context for reference): end-to-end latency of both, the plan's saving over no
+fusion, and each step's stream-mode time against its graph-context prediction. `to_markdown` renders
+results as tables. Errors are signed fractions, predicted / measured - 1; savings are fractions of the
+unfused time; the saving gap is in percentage points (predicted - measured).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from fuseplanner.planning.whole import WholePlanPrediction
+
+SCHEMA = "fuseplanner.whole/1"
+
+
+class Latency(BaseModel):
+    """Measured end-to-end latency of CUDA-graph replays (`fuseplanner.run` BenchRecord)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    median_s: float = Field(gt=0)
+    p10_s: float = Field(gt=0)
+    p90_s: float = Field(gt=0)
+    mode: str = "warm-L2"
+
+
+class StepTiming(BaseModel):
+    """One executor step's stream-mode time beside its graph-context prediction."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    label: str
+    kind: str
+    measured_s: float
+    predicted_s: float
+    error: float | None = Field(description="predicted / measured - 1; None when either is zero")
+
+
+class WholeResult(BaseModel):
+    """One model, one dtype/precision/batch: predicted against measured, whole inference."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_id: str = SCHEMA
+    model: str
+    gpu: str
+    device: str = ""
+    dtype: str
+    precision: str
+    batch: int
+    context: str = Field(description="execution context of the predictions compared (graph)")
+    launches_planned: int
+    launches_unfused: int
+    measured_planned: Latency
+    measured_unfused: Latency
+    predicted_planned_s: float
+    predicted_unfused_s: float
+    isolated_planned_s: float
+    isolated_unfused_s: float
+    error_planned: float
+    error_unfused: float
+    predicted_saving: float
+    measured_saving: float
+    isolated_saving: float
+    saving_gap_points: float
+    steps: list[StepTiming] = Field(default_factory=list)
+    step_error_median: float | None = None
+    step_error_p90: float | None = None
+    unmatched_steps: list[str] = Field(default_factory=list, description="measured steps with no predicted step")
+
+
+def _steps(prediction: WholePlanPrediction, measured: Sequence) -> tuple[list[StepTiming], list[str]]:
+    """Measured stream-mode steps (records with label, kind, seconds) matched to predicted steps by label."""
+    by_label = {s.label: s for s in prediction.planned.steps}
+    out, unmatched = [], []
+    for m in measured:
+        p = by_label.get(m.label)
+        if p is None:
+            if m.kind != "view":
+                unmatched.append(m.label)
+            continue
+        err = p.time_s / m.seconds - 1 if p.time_s > 0 and m.seconds > 0 else None
+        out.append(StepTiming(label=m.label, kind=p.kind, measured_s=m.seconds, predicted_s=p.time_s, error=err))
+    return out, unmatched
+
+
+def _launches(w) -> int:
+    return sum(1 for s in w.steps if s.time_s > 0)
+
+
+def compare(graph_pred: WholePlanPrediction, isolated_pred: WholePlanPrediction, planned: Latency,
+            unfused: Latency, step_times: Sequence, *, gpu: str, dtype: str, precision: str, batch: int,
+            device: str = "") -> WholeResult:  # fmt: skip
+    """A `WholeResult` from predictions in the graph and isolated contexts and the measurements."""
+    pp, pu = graph_pred.planned.time_s, graph_pred.unfused.time_s
+    measured_saving = (unfused.median_s - planned.median_s) / unfused.median_s
+    steps, unmatched = _steps(graph_pred, step_times)
+    errs = np.abs([s.error for s in steps if s.error is not None])
+    return WholeResult(
+        model=graph_pred.model, gpu=gpu, device=device, dtype=dtype, precision=precision, batch=batch,
+        context=graph_pred.context, launches_planned=_launches(graph_pred.planned),
+        launches_unfused=_launches(graph_pred.unfused), measured_planned=planned, measured_unfused=unfused,
+        predicted_planned_s=pp, predicted_unfused_s=pu, isolated_planned_s=isolated_pred.planned.time_s,
+        isolated_unfused_s=isolated_pred.unfused.time_s, error_planned=pp / planned.median_s - 1,
+        error_unfused=pu / unfused.median_s - 1, predicted_saving=graph_pred.saving, measured_saving=measured_saving,
+        isolated_saving=isolated_pred.saving, saving_gap_points=100 * (graph_pred.saving - measured_saving),
+        steps=steps, step_error_median=float(np.median(errs)) if errs.size else None,
+        step_error_p90=float(np.percentile(errs, 90)) if errs.size else None, unmatched_steps=unmatched,
+    )  # fmt: skip
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:+.1f}%"
+
+
+def to_markdown(results: Sequence[WholeResult]) -> str:
+    """Tables: end-to-end latency, plan saving, per-step error; one row per result."""
+    lines = ["## End-to-end latency (CUDA-graph replay, median)", "",
+             "| model | dtype | batch | measured planned us | predicted (graph) | error | isolated prediction | "
+             "measured unfused us | predicted (graph) | error |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in results:
+        lines.append(f"| {r.model} | {r.dtype}/{r.precision} | {r.batch} | {r.measured_planned.median_s * 1e6:.1f} | "
+                     f"{r.predicted_planned_s * 1e6:.1f} | {_pct(r.error_planned)} | {r.isolated_planned_s * 1e6:.1f} | "
+                     f"{r.measured_unfused.median_s * 1e6:.1f} | {r.predicted_unfused_s * 1e6:.1f} | "
+                     f"{_pct(r.error_unfused)} |")  # fmt: skip
+    lines += ["", "## Saving of the plan over no fusion (% of the unfused run)", "",
+              "| model | dtype | batch | measured | predicted (graph) | gap (points) | predicted (isolated) |",
+              "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in results:
+        lines.append(f"| {r.model} | {r.dtype}/{r.precision} | {r.batch} | {100 * r.measured_saving:.1f}% | "
+                     f"{100 * r.predicted_saving:.1f}% | {r.saving_gap_points:+.1f} | {100 * r.isolated_saving:.1f}% |")
+    lines += ["", "## Per-step time, stream mode vs graph-context prediction (|error|)", "",
+              "| model | dtype | batch | steps | median | p90 | unmatched |", "|---|---|---|---|---|---|---|"]
+    for r in results:
+        med = "n/a" if r.step_error_median is None else f"{100 * r.step_error_median:.1f}%"
+        p90 = "n/a" if r.step_error_p90 is None else f"{100 * r.step_error_p90:.1f}%"
+        lines.append(f"| {r.model} | {r.dtype}/{r.precision} | {r.batch} | {len(r.steps)} | {med} | {p90} | "
+                     f"{len(r.unmatched_steps)} |")
+    return "\n".join(lines) + "\n"
+
+
+def write(results: Sequence[WholeResult], out: Path) -> tuple[Path, Path]:
+    """whole.json (a list of results) and whole.md in folder `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    js, md = out / "whole.json", out / "whole.md"
+    js.write_text("[\n" + ",\n".join(r.model_dump_json(indent=1) for r in results) + "\n]\n", encoding="utf-8")
+    md.write_text(to_markdown(results), encoding="utf-8")
+    return js, md
+
+
+def _latency(rec) -> Latency:
+    return Latency(median_s=rec.median_s, p10_s=rec.p10_s, p90_s=rec.p90_s, mode=rec.mode)
+
+
+def measure(model, spec, *, dtype: str = "fp32", precision: str = "fp32", batch: int | None = None,
+            replays: int = 200, context: str = "isolated", input_shapes=None) -> WholeResult:  # fmt: skip
+    """(GPU) Compile `model` planned (the time objective decided in `context`) and unfused, bench both
+    as CUDA-graph replays with a warm L2, time the planned steps in stream mode, and compare with the
+    whole-inference predictions."""
+    import fuseplanner
+    from fuseplanner.frontend.load import load_model
+    from fuseplanner.planning.search import plan as make_plan
+    from fuseplanner.planning.whole import predict_whole
+
+    graph = load_model(model, input_shapes, batch)
+    plan = make_plan(graph, spec, dtype=dtype, precision=precision, context=context)
+    fused = fuseplanner.compile(model, spec, plan, dtype=dtype, precision=precision, batch=batch, input_shapes=input_shapes)
+    bare = fuseplanner.compile(model, spec, dtype=dtype, precision=precision, batch=batch, fuse=False,
+                               input_shapes=input_shapes)  # fmt: skip
+    rec_p, rec_u = fused.bench(replays=replays), bare.bench(replays=replays)
+    times = fused.time_nodes()
+    graph_pred = predict_whole(graph, spec, plan, "graph", unfused_plan=bare.plan)
+    iso_pred = predict_whole(graph, spec, plan, "isolated", unfused_plan=bare.plan)
+    return compare(graph_pred, iso_pred, _latency(rec_p), _latency(rec_u), times, gpu=spec.name, dtype=dtype,
+                   precision=precision, batch=plan.batch, device=_device_name())  # fmt: skip
+
+
+def _device_name() -> str:
+    try:
+        import cupy
+
+        name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
+        return name.decode() if isinstance(name, bytes) else str(name)
+    except Exception:  # the name is a label only
+        return ""

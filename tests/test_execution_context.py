@@ -1,0 +1,143 @@
+"""Execution contexts (fuseplanner.cost.execution) and whole-model steps (fuseplanner.planning.whole)."""
+
+from __future__ import annotations
+
+import pytest
+
+import fuseplanner
+from fuseplanner.core.errors import PlanError
+from fuseplanner.core.ir import Cost
+from fuseplanner.cost.execution import (
+    Access,
+    LaunchTerms,
+    Step,
+    check_context,
+    context_time,
+    launch_terms,
+    predict,
+    resident_reads,
+)
+from fuseplanner.hw.spec import gpu
+from fuseplanner.planning.whole import predict_whole, steps
+
+TERMS = LaunchTerms(floor_s=4e-6, tail_s=1.5e-6, interval_s=1e-6, opaque_floor_s=2e-6)
+
+
+def _step(label, reads, writes, dram_read=0.0, launches=1, time_s=10e-6, kind="pw"):
+    cost = Cost(dram_read_bytes=dram_read, gma_read_bytes=dram_read, time_s=time_s, launches=launches)
+    return Step(label, kind, "Conv", cost, tuple(Access(t, b) for t, b in reads), tuple(Access(t, b) for t, b in writes))
+
+
+def test_context_time_replaces_the_floor_by_the_tail():
+    c = Cost(time_s=10e-6, launches=1)
+    # graph: 10 - 1 x (4 - 1.5) = 7.5 us; isolated unchanged
+    assert context_time(c, TERMS, "graph") == pytest.approx(7.5e-6)
+    assert context_time(c, TERMS, "isolated") == 10e-6
+    # a short kernel: 4.5 - 2.5 = 2.0 us, above the 1 us interval; an opaque one: max(2, 2.0) = 2.0
+    assert context_time(Cost(time_s=4.5e-6, launches=1), TERMS, "graph") == pytest.approx(2.0e-6)
+    # 3 launches of 4.2 us each: 12.6 - 3 x 2.5 = 5.1 us, the floor 3 x 2 us = 6 us binds for opaque ops
+    c3 = Cost(time_s=12.6e-6, launches=3)
+    assert context_time(c3, TERMS, "graph") == pytest.approx(5.1e-6)
+    assert context_time(c3, TERMS, "graph", opaque=True) == pytest.approx(6e-6)
+    assert context_time(Cost(), TERMS, "graph") == 0.0  # a view launches nothing
+
+
+def test_residency_rule_by_hand():
+    # capacity 100 bytes. A writes t (40); B reads u (30 from DRAM, no producer) and writes v (30):
+    # traffic since A finished = 30 + 30 = 60; 60 + 40 = 100 <= 100 -> C reads t from L2
+    a = _step("A", [], [("t", 40)])
+    b = _step("B", [("u", 30)], [("v", 30)], dram_read=30)
+    c = _step("C", [("t", 40), ("v", 30)], [("w", 10)], dram_read=70)
+    assert resident_reads([a, b, c], 100) == (0.0, 0.0, 70.0)  # t (60 + 40 = 100) and v (0 + 30) hit
+    # B moves one byte more: 61 + 40 = 101 > 100 -> t misses; v still hits (0 + 30 <= 100)
+    b2 = _step("B", [("u", 31)], [("v", 30)], dram_read=31)
+    assert resident_reads([a, b2, c], 100) == (0.0, 0.0, 30.0)
+    # a view (no launch) passes its input's residency on and moves nothing
+    view = _step("V", [("t", 40)], [("t2", 40)], launches=0)
+    d = _step("D", [("t2", 40)], [], dram_read=40)
+    assert resident_reads([a, view, d], 40) == (0.0, 40.0, 40.0)
+
+
+def test_predict_graph_saves_dram_time_only_when_dram_bound():
+    spec = gpu("h100")
+    hw = spec.hw
+    terms = launch_terms(spec)
+    big = 8e6  # bytes: DRAM-bound (8e6 / 3.009e12 = 2.66 us > gma 8e6 / 6.613e12 = 1.21 us)
+    a = _step("A", [], [("t", big)], time_s=20e-6)
+    b = _step("B", [("t", big)], [("o", 1)], dram_read=big, time_s=20e-6)
+    whole = predict([a, b], spec, "graph")
+    # B: 20 us - (3.68 - 1.5) us launch saving - (2.66 - 1.21) us memory saving
+    want = 20e-6 - (terms.floor_s - terms.tail_s) - (big / hw.dram_bw - big / hw.l2_bw)
+    assert whole.steps[1].time_s == pytest.approx(want)
+    assert whole.steps[1].saved_read_bytes == big and whole.steps[1].dram_read_bytes == 0.0
+    iso = predict([a, b], spec, "isolated")
+    assert iso.time_s == pytest.approx(40e-6) and iso.saved_read_bytes == 0.0
+
+
+def test_h100_terms_and_fallbacks():
+    t = launch_terms(gpu("h100"))
+    assert (t.floor_s, t.tail_s, t.interval_s, t.opaque_floor_s) == (3.68e-6, 1.5e-6, 1.3e-6, 1.3e-6)
+    t4 = launch_terms(gpu("t4"))  # no graph facts: the tail is the floor (no launch saving), no interval
+    assert t4.tail_s == t4.floor_s and t4.interval_s == 0.0
+    with pytest.raises(PlanError):
+        check_context("stream")
+
+
+def test_graph_warnings_only_in_graph_context():
+    s = gpu("h100")
+    assert not any("graph_kernel_tail_s" in w for w in s.warnings())
+    assert any("graph_kernel_tail_s" in w for w in s.warnings(graph=True))
+
+
+@pytest.fixture(scope="module")
+def v2():
+    g = fuseplanner.load_model("mobilenet_v2")
+    return g, fuseplanner.plan(g, gpu("h100"), workers=1)
+
+
+def test_steps_follow_the_executor_and_isolated_totals_match_the_plan(v2):
+    g, p = v2
+    st = steps(g, p)
+    assert len(st) == len(p.groups) + len(p.layers)
+    assert {s.label for s in st} >= {"+".join(gr.nodes) for gr in p.groups}
+    first = st[0]
+    assert first.reads[0].tensor == g.op(g.order[0]).inputs[0]
+    # the stem's input 1x3x224x224 fp32 = 602,112 bytes
+    assert first.reads[0].bytes == 1 * 3 * 224 * 224 * 4
+    whole = predict_whole(g, gpu("h100"), p, "isolated")
+    assert whole.planned.time_s == pytest.approx(p.totals.planned.time_s)
+    assert whole.unfused.time_s == pytest.approx(p.totals.unfused.time_s)
+
+
+def test_graph_context_is_cheaper_and_saves_dram(v2):
+    g, p = v2
+    iso, gr = predict_whole(g, gpu("h100"), p, "isolated"), predict_whole(g, gpu("h100"), p, "graph")
+    launches = sum(s.cost.launches for s in steps(g, p))
+    # each launch saves at most floor - tail = 2.18 us, plus DRAM time of resident reads
+    assert iso.planned.time_s - gr.planned.time_s >= 0
+    assert gr.planned.time_s >= iso.planned.time_s - launches * (3.68e-6 - 1.3e-6) - gr.planned.saved_read_bytes / 3.009e12
+    assert 0 < gr.planned.dram_bytes < iso.planned.dram_bytes
+
+
+def test_plan_in_graph_context_decides_on_graph_times(v2):
+    g, iso = v2
+    gr = fuseplanner.plan(g, gpu("h100"), workers=1, context="graph")
+    assert iso.context == "isolated" and gr.context == "graph"
+    # every fused group of the graph-context plan saves time in that context
+    terms = launch_terms(gpu("h100"))
+    for grp in gr.groups:
+        assert context_time(grp.fused_cost, terms, "graph") < context_time(grp.unfused_cost, terms, "graph")
+    # the graph context's whole prediction of its own plan is no worse than of the isolated plan
+    t_gr = predict_whole(g, gpu("h100"), gr, "graph").planned.time_s
+    t_iso = predict_whole(g, gpu("h100"), iso, "graph").planned.time_s
+    assert t_gr <= t_iso * 1.001
+    with pytest.raises(PlanError):
+        fuseplanner.plan(g, gpu("h100"), workers=1, context="warm")
+
+
+def test_cli_plan_context_graph(capsys):
+    from fuseplanner.cli.main import main
+
+    assert main(["plan", "mobilenet_v1", "--gpu", "h100", "--context", "graph"]) == 0
+    out = capsys.readouterr().out
+    assert "graph context (whole inference" in out and "saving" in out

@@ -1,0 +1,80 @@
+"""Whole-model validation's comparison and report (fuseplanner.validation.whole) on fake measurements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from fuseplanner.cost.execution import StepPrediction, WholePrediction
+from fuseplanner.planning.whole import WholePlanPrediction
+from fuseplanner.validation.whole import Latency, WholeResult, compare, to_markdown, write
+
+
+@dataclass(frozen=True)
+class FakeStep:  # the fields of fuseplanner.run.device.StepTime that compare reads
+    label: str
+    kind: str
+    op_type: str
+    seconds: float
+
+
+def _pred(context, planned_us, unfused_us):
+    def whole(times):
+        return WholePrediction(context, tuple(StepPrediction(lab, "pw", "Conv", t * 1e-6, 0, 0) for lab, t in times))
+    return WholePlanPrediction("m", context, whole(planned_us), whole(unfused_us))
+
+
+def _result():
+    graph = _pred("graph", [("a+b", 60.0), ("c", 40.0), ("v", 0.0)], [("a", 50.0), ("b", 30.0), ("c", 40.0)])
+    iso = _pred("isolated", [("a+b", 70.0), ("c", 50.0)], [("a", 60.0), ("b", 40.0), ("c", 50.0)])
+    measured = [FakeStep("a+b", "pw_dw", "Conv+Conv", 50e-6), FakeStep("c", "pw", "Conv", 40e-6),
+                FakeStep("v", "view", "Reshape", 1e-7), FakeStep("extra", "library", "Add", 2e-6)]
+    return compare(graph, iso, Latency(median_s=110e-6, p10_s=105e-6, p90_s=120e-6),
+                   Latency(median_s=125e-6, p10_s=120e-6, p90_s=130e-6), measured,
+                   gpu="h100", dtype="fp32", precision="fp32", batch=1)
+
+
+def test_compare_by_hand():
+    r = _result()
+    # predicted planned 60 + 40 = 100 us vs 110 measured: 100/110 - 1 = -9.09%
+    assert r.error_planned == pytest.approx(100 / 110 - 1)
+    # unfused 50 + 30 + 40 = 120 us vs 125: -4%
+    assert r.error_unfused == pytest.approx(120 / 125 - 1)
+    # saving predicted (120 - 100) / 120 = 16.67%, measured (125 - 110) / 125 = 12%: gap +4.67 points
+    assert r.predicted_saving == pytest.approx(20 / 120)
+    assert r.measured_saving == pytest.approx(15 / 125)
+    assert r.saving_gap_points == pytest.approx(100 * (20 / 120 - 15 / 125))
+    # isolated: (150 - 120) / 150 = 20%
+    assert r.isolated_saving == pytest.approx(0.2)
+    # steps: a+b 60/50 - 1 = +20%, c 40/40 - 1 = 0, v has no prediction (0 us): no error; extra unmatched
+    errs = {s.label: s.error for s in r.steps}
+    assert errs["a+b"] == pytest.approx(0.2) and errs["c"] == pytest.approx(0.0) and errs["v"] is None
+    assert r.step_error_median == pytest.approx(0.1)  # median of |0.2|, |0.0|
+    assert r.unmatched_steps == ["extra"]
+    assert (r.launches_planned, r.launches_unfused) == (2, 3)
+
+
+def test_markdown_and_json_round_trip(tmp_path):
+    r = _result()
+    md = to_markdown([r])
+    assert "| m | fp32/fp32 | 1 | 110.0 | 100.0 | -9.1% |" in md
+    assert "| m | fp32/fp32 | 1 | 12.0% | 16.7% | +4.7 |" in md
+    js, _ = write([r], tmp_path)
+    import json
+
+    back = [WholeResult.model_validate(d) for d in json.loads(js.read_text())]
+    assert back == [r]
+
+
+def test_cli_whole_needs_a_gpu(capsys):
+    from fuseplanner.cli.main import main
+
+    pytest.importorskip("fuseplanner")
+    try:
+        import cupy  # noqa: F401
+        pytest.skip("a GPU stack is present: the GPU test covers --whole")
+    except ImportError:
+        pass
+    assert main(["validate", "mobilenet_v1", "--whole", "--gpu", "h100"]) == 2
+    assert "error:" in capsys.readouterr().err
