@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fuseplanner.cli.common import add_model_arguments, load_from_args, parse_input_shapes
 from fuseplanner.core.errors import PlanError
-from fuseplanner.core.kinds import COST_MODELS, DTYPES, GROUP_KINDS, OBJECTIVES, PRECISIONS
+from fuseplanner.core.kinds import CONTEXTS, COST_MODELS, DTYPES, GROUP_KINDS, OBJECTIVES, PRECISIONS
 
 DEFAULT_GPU = "h100"
 #: How to read a tile (in `plan --help` and the README).

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fuseplanner.cli.common import parse_input_shapes, positive_int
 from fuseplanner.core.errors import FusePlannerError
-from fuseplanner.core.kinds import DTYPES, OBJECTIVES, PRECISIONS
+from fuseplanner.core.kinds import CONTEXTS, DTYPES, OBJECTIVES, PRECISIONS
 
 
 def register(subparsers) -> None:
