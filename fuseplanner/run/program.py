@@ -16,6 +16,7 @@ its members.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -222,6 +223,9 @@ def _onnx_step(b: _Builder, index: int, reason: str = "") -> None:
     view = node.op_type in VIEW_OPS and len(live_outputs) <= 1 and inputs[0] not in b.values
     lib = _lib_node(b, b.view.node_name(index), node.op_type, _attrs(node), inputs, outputs, b.values)
     name = b.view.node_name(index)
+    if view and math.prod(lib.input_shapes[0]) != math.prod(lib.output_shapes[0]):
+        raise ModelError(f"{node.op_type} node {name!r} views {lib.input_shapes[0]} as {lib.output_shapes[0]}, "
+                         "which has another number of elements: the model is inconsistent")  # fmt: skip
     b.cover([index], name)
     b.add(LibraryStep(lib, node.op_type, inputs, outputs[:1] if view else outputs, (name,), view, reason), index)
 
