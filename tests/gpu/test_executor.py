@@ -1,8 +1,11 @@
-"""The whole-model executor on the GPU: every bundled model, exact fp32 / TF32 / fp16, batch 1, against
+"""The whole-model executor on the GPU: every bundled model and full models from two more exporters (zoo's
+text detector and ViT hybrid, a torch legacy export), exact fp32 / TF32 / fp16, batch 1, against
 onnxruntime (max over outputs of ||out - ref||_2 / ||ref||_2 within 1e-4 / 5e-3 / 2e-2), with the
 activation arena poisoned with NaN before the run so an unwritten tensor cannot pass."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +14,7 @@ cp = pytest.importorskip("cupy", reason="CuPy is not installed: GPU executor tes
 if not cp.cuda.is_available():
     pytest.skip("no CUDA device visible: GPU executor tests skipped", allow_module_level=True)
 
+from fuseplanner.frontend import zoo  # noqa: E402
 from fuseplanner.frontend.load import bundled_models  # noqa: E402
 from fuseplanner.run.check import compare, reference_outputs  # noqa: E402
 from fuseplanner.run.compiled import compile, onnx_model  # noqa: E402
@@ -65,3 +69,39 @@ def test_unfused_matches_too():
     net._bound.arena.fill(255)
     assert compare(net(x), _reference("mobilenet_v2", x), "fp32", "fp32").ok
     assert not any(s.kind in ("pw_dw", "dw_pw", "pw_pw", "pw_dw_pw") for s in net.steps)
+
+
+# ---- full models from other exporters: onnx.helper (zoo, trained-like weights) and a torch legacy export ----
+_ZOO = {"text_detector": lambda: zoo.text_detector(resolution=256), "vit_hybrid": lambda: zoo.vit_hybrid(resolution=128)}
+_BUILT: dict = {}
+SHARED_LEGACY = Path(__file__).resolve().parents[2].parent / "shared" / "models" / "tv_mobilenet_v2_op17_legacy.onnx"
+
+
+def _full_model(name):
+    if name not in _BUILT:
+        _BUILT[name] = _ZOO[name]()
+    return _BUILT[name]
+
+
+def _check_full(model, key, dtype, precision):
+    net = compile(model, "auto", dtype=dtype, precision=precision)
+    x = _inputs(net)
+    net._bound.arena.fill(255)
+    if key not in _REF:
+        _REF[key] = reference_outputs(onnx_model(model), x)
+    res = compare(net(x), _REF[key], dtype, precision)
+    assert res.ok, (key, dtype, precision, res)
+    assert compare(net.run_stream(x), _REF[key], dtype, precision).ok
+
+
+@pytest.mark.parametrize("dtype,precision", MODES)
+@pytest.mark.parametrize("name", sorted(_ZOO))
+def test_zoo_full_models_match_onnxruntime(name, dtype, precision):
+    _check_full(_full_model(name), f"zoo:{name}", dtype, precision)
+
+
+@pytest.mark.parametrize("dtype,precision", MODES[:2])  # its activations (~1e-9 at the logits) underflow float16
+def test_torch_legacy_export_with_weights(dtype, precision):
+    if not SHARED_LEGACY.is_file():
+        pytest.skip(f"{SHARED_LEGACY} is absent (the shared reference exports are not checked out)")
+    _check_full(str(SHARED_LEGACY), "shared:legacy", dtype, precision)
