@@ -31,8 +31,9 @@ PRECISIONS = ("fp32", "tf32")
 
 @dataclass(frozen=True)
 class StepInfo:
-    """What runs where: the step's label, kind (a kernel kind, `library` or `view`), op type, tile,
-    covered ONNX nodes, and why a planned op runs in the library (empty otherwise)."""
+    """What runs where: the step's label, kind (a kernel kind, `library` or `view`), op type (a merged
+    elementwise chain's member op types joined by +), tile, covered ONNX nodes, and why a planned op
+    runs in the library (empty otherwise)."""
 
     label: str
     kind: str
@@ -46,7 +47,9 @@ def _step_info(step) -> StepInfo:
     if isinstance(step, KernelStep):
         return StepInfo(step.label, step.kind, "+".join(o.op_type for o in step.ops), str(step.tile), step.covers)
     kind = "view" if step.view else "library"
-    return StepInfo(step.label, kind, step.op_type, "", step.covers, step.reason)
+    chain = step.node.attrs.get("chain") if hasattr(step.node, "attrs") else None
+    op_type = "+".join(m.node.op_type for m in chain) if chain else step.op_type  # a merged elementwise chain
+    return StepInfo(step.label, kind, op_type, "", step.covers, step.reason)
 
 
 class CompiledModel:

@@ -105,3 +105,35 @@ def test_torch_legacy_export_with_weights(dtype, precision):
     if not SHARED_LEGACY.is_file():
         pytest.skip(f"{SHARED_LEGACY} is absent (the shared reference exports are not checked out)")
     _check_full(str(SHARED_LEGACY), "shared:legacy", dtype, precision)
+
+
+# ---- elementwise chains: one generated kernel per chain against the separate steps ----------------------
+def _chained_and_plain(model, dtype):
+    from fuseplanner.planning.search import plan
+    from fuseplanner.run.compiled import _bind, _load_model, _spec
+    from fuseplanner.run.program import build_program, lib_module
+
+    prepared, graph, _ = _load_model(model, None, None, 0)
+    p = plan(graph, _spec("auto", "gpu"), dtype=dtype)
+    ops = lib_module()
+    return [_bind(build_program(prepared, graph, p, dtype=dtype, ops_lib=ops, chains=c), p, ops, "gpu")
+            for c in (True, False)]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+@pytest.mark.parametrize("name", ["efficientnet_b0", "mobilevit_xxs", "zoo:text_detector"])
+def test_elementwise_chains_on_the_gpu(name, dtype):
+    from fuseplanner.run.chains import CHAIN_OP
+    from fuseplanner.run.check import relative_error
+
+    model = zoo.text_detector(resolution=128) if name.startswith("zoo:") else name
+    chained, plain = _chained_and_plain(model, dtype)
+    assert len(chained.steps) < len(plain.steps)
+    assert any(getattr(s, "op_type", "") == CHAIN_OP for s in chained.program.steps)
+    x = _inputs(plain)
+    chained._bound.arena.fill(255)
+    a, b = chained(x), plain(x)
+    ref = reference_outputs(onnx_model(model), x)
+    for k in ref:  # float32 registers through a chain: as exact as the separate steps (fp16: more exact)
+        assert relative_error(a[k], b[k]) <= (1e-5 if dtype == "fp32" else 2e-2), k
+    assert compare(a, ref, dtype, "fp32").ok
