@@ -147,7 +147,8 @@ def ours(model: str, mode: str, batch: int, replays: int, check: bool) -> dict:
     b = cm.bench(replays)
     cold = cm.bench(replays, cold_l2=True)
     out.update(planned_us=b.median_s * 1e6, planned_p10_us=b.p10_s * 1e6, planned_p90_us=b.p90_s * 1e6,
-               planned_cold_us=cold.median_s * 1e6, launch_host_us=b.launch_host_s * 1e6)
+               planned_cold_us=cold.median_s * 1e6, launch_host_us=b.launch_host_s * 1e6,
+               call_host_us=b.call_host_s * 1e6)
     if check:
         import numpy as np
 

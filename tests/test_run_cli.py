@@ -84,3 +84,77 @@ def test_cpu_run_with_check_and_output(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "check vs onnxruntime" in text and ": ok" in text
     assert np.load(out)["logits"].shape == (1, 10)
+
+
+@pytest.fixture
+def no_inference(monkeypatch):
+    """Fail the test if any inference runs (the CPU model's step loop)."""
+    from fuseplanner.run import runtime
+
+    def boom(self):
+        raise AssertionError("an inference ran despite bad input")
+
+    monkeypatch.setattr(runtime.Bound, "run", boom)
+
+
+def _tiny(tmp_path):
+    from fuseplanner.frontend import zoo
+
+    model = tmp_path / "tiny.onnx"
+    onnx.save(zoo.mobilenet_v2(width=0.35, resolution=32, num_classes=10), model)
+    return model
+
+
+def _run_tiny(tmp_path, array, *extra) -> int:
+    model = _tiny(tmp_path)
+    np.save(tmp_path / "x.npy", array)
+    argv = ["run", str(model), "--device", "cpu", "--gpu", "h100", "--input", f"input={tmp_path / 'x.npy'}",
+            "--output", str(tmp_path / "out.npz"), *extra]  # fmt: skip
+    return main(argv)
+
+
+@pytest.mark.parametrize("shape,dtype,words", [
+    ((1, 3, 33, 32), np.float32, ("shape (1, 3, 33, 32)", "(1, 3, 32, 32)")),
+    ((3, 32, 32), np.float32, ("shape (3, 32, 32)",)),
+    ((1, 3, 32, 32), np.float64, ("float64", "float32")),
+    ((1, 3, 32, 32), np.int64, ("int64", "float32")),
+])  # fmt: skip
+def test_input_of_wrong_shape_or_dtype(tmp_path, capsys, no_inference, shape, dtype, words):
+    assert _run_tiny(tmp_path, np.zeros(shape, dtype)) == 2
+    line = _err(capsys)
+    assert all(w in line for w in words), line
+    assert not (tmp_path / "out.npz").exists()
+
+
+def test_input_file_that_is_not_npy(tmp_path, capsys, no_inference):
+    model = _tiny(tmp_path)
+    (tmp_path / "x.npy").write_bytes(b"not an array")
+    argv = ["run", str(model), "--device", "cpu", "--gpu", "h100", "--input", f"input={tmp_path / 'x.npy'}"]
+    assert main(argv) == 2
+    assert "cannot read" in _err(capsys)
+
+
+def test_input_named_for_another_model(tmp_path, capsys, no_inference):
+    np.save(tmp_path / "y.npy", np.zeros((1, 3, 32, 32), np.float32))
+    argv = ["run", str(_tiny(tmp_path)), "--device", "cpu", "--gpu", "h100", "--input", f"image={tmp_path / 'y.npy'}"]
+    assert main(argv) == 2
+    assert "'image'" in _err(capsys)
+
+
+@pytest.mark.parametrize("text,words", [(None, "does not exist"), ("{}", "not a fuseplanner plan"),
+                                        ("garbage", "not a fuseplanner plan")])  # fmt: skip
+def test_plan_file_missing_or_not_a_plan(tmp_path, capsys, text, words):
+    path = tmp_path / "plan.json"
+    if text is not None:
+        path.write_text(text)
+    assert main(["run", "mobilenet_v2", "--device", "cpu", "--gpu", "h100", "--plan", str(path)]) == 2
+    assert words in _err(capsys)
+
+
+def test_plan_for_another_dtype(tmp_path, capsys):
+    from fuseplanner import load_model
+
+    path = tmp_path / "plan.json"
+    path.write_text(plan(load_model("mobilenet_v1"), "h100", model="paper", workers=1, dtype="fp16").to_json())
+    assert main(["run", "mobilenet_v1", "--device", "cpu", "--gpu", "h100", "--plan", str(path)]) == 2
+    assert "dtype fp16, not fp32" in _err(capsys)

@@ -82,3 +82,27 @@ def test_structure_only_weights_are_seeded_and_scaled():
     np.testing.assert_array_equal(init[name], same[name])
     assert not np.array_equal(init[name], other[name])
     assert not missing(a, None)
+
+
+def test_a_call_uses_the_precomputed_copy_plan():
+    """Inputs are checked against the plan (a dict of the right arrays passes as is; anything else gets
+    the full check and its message) and copied into the arena views the steps read."""
+    net = compile(zoo.mobilenet_v2(width=0.35, resolution=32, num_classes=10), "h100", device="cpu", ops_lib=standin)
+    (name, shape, dtype, view), = net._in_plan
+    assert (name, shape, dtype) == ("input", (1, 3, 32, 32), np.float32)
+    assert view is net._bound.views["input"]
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    first = net({"input": x})["logits"]
+    np.testing.assert_array_equal(view, x)
+    assert not np.array_equal(net({"input": -x})["logits"], first)
+    with pytest.raises(ModelError, match="float64"):
+        net({"input": x.astype(np.float64)})
+    with pytest.raises(ModelError, match="unknown image"):
+        net({"image": x})
+
+
+def test_bench_record_overhead_is_call_beyond_launch():
+    from fuseplanner.run.device import BenchRecord
+
+    rec = BenchRecord("m", "warm-L2", 200, 4e-4, 3e-4, 5e-4, launch_host_s=6e-6, call_host_s=2.1e-5)
+    assert rec.overhead_s == pytest.approx(1.5e-5)  # 21 us whole call - 6 us launch

@@ -141,7 +141,8 @@ def test_slice_random(data) -> None:
 
 
 def test_every_supported_op_has_a_case() -> None:
-    assert SUPPORTED - {c.op for c in CASES} == set()
+    # FusedElementwise is the executor's own merged chain, not an ONNX op: tests/test_run_chains.py
+    assert SUPPORTED - {c.op for c in CASES} == {"FusedElementwise"}
     assert VIEW_OPS <= SUPPORTED
 
 

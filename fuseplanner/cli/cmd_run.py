@@ -160,5 +160,6 @@ def _bench(net, replays: int) -> None:
     for cold in (False, True):
         r = net.bench(replays, cold_l2=cold)
         print(f"latency, CUDA graph, {r.replays} replays, {r.mode}: median {r.median_s * 1e6:.1f} us, "
-              f"p10 {r.p10_s * 1e6:.1f} us, p90 {r.p90_s * 1e6:.1f} us; launch host {r.launch_host_s * 1e6:.1f} us")
+              f"p10 {r.p10_s * 1e6:.1f} us, p90 {r.p90_s * 1e6:.1f} us; launch host {r.launch_host_s * 1e6:.1f} us, "
+              f"whole call host {r.call_host_s * 1e6:.1f} us (+{r.overhead_s * 1e6:.1f} us)")
     print(f"plan's predicted kernel total: {predicted * 1e6:.1f} us")

@@ -1,8 +1,8 @@
 """Run a whole planned model: `compile(model, spec, plan)` -> `CompiledModel`, called on arrays.
 
 Modules: `weights` (read, generate, fold), `constants` (load-time folding), `program` (the steps),
-`memory` (static arena plan), `runtime` (binding to arrays), `compiled` (the API), `device` (CUDA
-graphs, timing), `check` (against onnxruntime). The operator library lives in `fuseplanner.run.ops`.
+`chains` (elementwise chains merged into one step), `memory` (static arena plan), `runtime` (binding
+to arrays), `compiled` (the API), `device` (CUDA graphs, timing), `check` (against onnxruntime). The operator library lives in `fuseplanner.run.ops`.
 Nothing here imports CuPy until a GPU model is compiled.
 """
 

@@ -29,8 +29,9 @@ from fuseplanner.run.runtime import Bound, bind
 
 @dataclass(frozen=True)
 class StepInfo:
-    """What runs where: the step's label, kind (a kernel kind, `library` or `view`), op type, tile,
-    covered ONNX nodes, and why a planned op runs in the library (empty otherwise)."""
+    """What runs where: the step's label, kind (a kernel kind, `library` or `view`), op type (a merged
+    elementwise chain's member op types joined by +), tile, covered ONNX nodes, and why a planned op
+    runs in the library (empty otherwise)."""
 
     label: str
     kind: str
@@ -44,7 +45,9 @@ def _step_info(step) -> StepInfo:
     if isinstance(step, KernelStep):
         return StepInfo(step.label, step.kind, "+".join(o.op_type for o in step.ops), str(step.tile), step.covers)
     kind = "view" if step.view else "library"
-    return StepInfo(step.label, kind, step.op_type, "", step.covers, step.reason)
+    chain = step.node.attrs.get("chain") if hasattr(step.node, "attrs") else None
+    op_type = "+".join(m.node.op_type for m in chain) if chain else step.op_type  # a merged elementwise chain
+    return StepInfo(step.label, kind, op_type, "", step.covers, step.reason)
 
 
 class CompiledModel:
@@ -55,6 +58,7 @@ class CompiledModel:
         self.steps = tuple(_step_info(s) for s in program.steps)
         self.memory = bound.memory.arena_bytes
         self._graph = self._stream = self._pool = None
+        self._in_plan, self._out_plan = _copy_plan(program, bound, xp)
 
     # ---- inputs and outputs -----------------------------------------------------------------------
     @property
@@ -62,6 +66,15 @@ class CompiledModel:
         return tuple(t.name for t in self.program.inputs)
 
     def _check(self, inputs) -> dict:
+        if type(inputs) is dict and len(inputs) == len(self._in_plan):  # the common case: few attribute reads
+            try:
+                if all(inputs[n].shape == shape and inputs[n].dtype == want for n, shape, want, _ in self._in_plan):
+                    return inputs
+            except (KeyError, AttributeError):
+                pass
+        return self._check_slow(inputs)
+
+    def _check_slow(self, inputs) -> dict:
         names = self.input_names
         if not isinstance(inputs, Mapping):
             if len(names) != 1:
@@ -83,15 +96,9 @@ class CompiledModel:
         return dict(inputs)
 
     def _outputs(self, host: bool) -> dict:
-        xp, out = self._xp, {}
-        for spec in self.program.outputs:
-            want = self.program.model_dtypes.get(spec.name, spec.dtype)
-            src = self._bound.views.get(spec.name)
-            if src is None:
-                src = xp.asarray(self.program.constants[spec.name])
-            copy = src.astype(want, copy=True)
-            out[spec.name] = copy.get() if host and self.gpu else copy
-        return out
+        if host and self.gpu:
+            return {name: src.astype(want, copy=True).get() for name, src, want in self._out_plan}
+        return {name: src.astype(want, copy=True) for name, src, want in self._out_plan}
 
     # ---- running ----------------------------------------------------------------------------------
     def __call__(self, inputs) -> dict:
@@ -106,8 +113,9 @@ class CompiledModel:
         return device.call(self, inputs)
 
     def _load(self, inputs: Mapping) -> None:
-        for spec in self.program.inputs:
-            self._bound.views[spec.name][...] = self._xp.asarray(inputs[spec.name])
+        asarray = self._xp.asarray
+        for name, _, _, view in self._in_plan:
+            view[...] = asarray(inputs[name])
 
     def run_stream(self, inputs) -> dict:
         """One inference step by step on the stream, without the CUDA graph (for debugging)."""
@@ -129,6 +137,20 @@ class CompiledModel:
         from fuseplanner.run import device
 
         return device.bench(self, replays, cold_l2)
+
+
+def _copy_plan(program: Program, bound: Bound, xp) -> tuple[tuple, tuple]:
+    """What a call copies, worked out once: per input (name, shape, dtype the caller passes, arena view);
+    per output (name, the array it is copied from, dtype the caller gets)."""
+    ins = tuple((s.name, s.shape, np.dtype(program.model_dtypes.get(s.name, s.dtype)), bound.views[s.name])
+                for s in program.inputs)  # fmt: skip
+    outs = []
+    for spec in program.outputs:
+        src = bound.views.get(spec.name)
+        if src is None:
+            src = xp.asarray(program.constants[spec.name])
+        outs.append((spec.name, src, np.dtype(program.model_dtypes.get(spec.name, spec.dtype))))
+    return ins, tuple(outs)
 
 
 def _load_model(model, input_shapes, batch, seed: int):

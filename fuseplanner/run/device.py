@@ -21,7 +21,9 @@ from fuseplanner.core.errors import DeviceError
 class BenchRecord:
     """End-to-end latency of CUDA-graph replays, CUDA events around each replay. `mode` "warm-L2":
     replays back to back; "cold-L2": a buffer of twice the L2 size is written between replays (outside
-    the timed region). `launch_host_s`: median host time of one `graph.launch` call."""
+    the timed region). `launch_host_s`: median host time of one `graph.launch` call; `call_host_s`:
+    median host time of one whole call `model(inputs)` on CuPy inputs (input checks and copies, the
+    launch, output copies; no synchronisation), so `overhead_s` is what a call adds to the launch."""
 
     model: str
     mode: str
@@ -30,6 +32,12 @@ class BenchRecord:
     p10_s: float
     p90_s: float
     launch_host_s: float
+    call_host_s: float
+
+    @property
+    def overhead_s(self) -> float:
+        """Host time of a whole call beyond the graph launch."""
+        return self.call_host_s - self.launch_host_s
 
 
 @dataclass(frozen=True)
@@ -163,4 +171,21 @@ def bench(model, replays: int = 200, cold_l2: bool = False) -> BenchRecord:
     t = np.asarray(times)
     mode = "cold-L2 (2x L2 buffer written between replays)" if cold_l2 else "warm-L2"
     return BenchRecord(model.program.name, mode, replays, float(np.median(t)), float(np.percentile(t, 10)),
-                       float(np.percentile(t, 90)), float(np.median(host)))  # fmt: skip
+                       float(np.percentile(t, 90)), float(np.median(host)), _call_host(model, min(replays, 100)))  # fmt: skip
+
+
+def _call_host(model, calls: int) -> float:
+    """Median host time of `calls` whole calls on device-resident inputs, the stream drained between
+    calls outside the timed region."""
+    cp = model._xp
+    dev = {k: cp.asarray(v) for k, v in _random_inputs(model, 1).items()}
+    model(dev)
+    cp.cuda.get_current_stream().synchronize()
+    samples = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        model(dev)
+        samples.append(time.perf_counter() - t0)
+        model._stream.synchronize()
+        cp.cuda.get_current_stream().synchronize()
+    return float(np.median(samples))

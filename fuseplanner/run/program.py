@@ -5,7 +5,8 @@ tile): it covers its member nodes, their epilogue nodes (BN, bias, activation) a
 residual Add, whose other operand it reads as `residual`. A `LibraryStep` runs one other ONNX node
 through the operator library (`fuseplanner.run.ops`). Constant nodes are folded at load and never
 become steps. A dw/pw/linear/conv op that runs in the library gets its BN and bias folded into one
-synthesized Conv (or MatMul + Add) node; its activation nodes stay library steps.
+synthesized Conv (or MatMul + Add) node; its activation nodes stay library steps. Chains of
+elementwise library steps then merge into one step each (`fuseplanner.run.chains`).
 
 A planned kernel runs only where it computes exactly what the ONNX nodes compute; otherwise its nodes
 run in the library and the step says why (`LibraryStep.reason`): an activation the kernels lack
@@ -16,6 +17,7 @@ its members.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -223,6 +225,9 @@ def _onnx_step(b: _Builder, index: int, reason: str = "") -> None:
     view = node.op_type in VIEW_OPS and len(live_outputs) <= 1 and inputs[0] not in b.values
     lib = _lib_node(b, b.view.node_name(index), node.op_type, _attrs(node), inputs, outputs, b.values)
     name = b.view.node_name(index)
+    if view and math.prod(lib.input_shapes[0]) != math.prod(lib.output_shapes[0]):
+        raise ModelError(f"{node.op_type} node {name!r} views {lib.input_shapes[0]} as {lib.output_shapes[0]}, "
+                         "which has another number of elements: the model is inconsistent")  # fmt: skip
     b.cover([index], name)
     b.add(LibraryStep(lib, node.op_type, inputs, outputs[:1] if view else outputs, (name,), view, reason), index)
 
@@ -334,8 +339,10 @@ def _raise_missing(missing: dict[str, int]) -> None:
 
 
 def build_program(model: onnx.ModelProto, graph: ModelGraph, plan, *, dtype: str = "fp32",
-                  precision: str = "fp32", ops_lib=None) -> Program:  # fmt: skip
-    """The steps of `model` (shape-inferred, every weight inline) as `plan` says; see the module docstring."""
+                  precision: str = "fp32", ops_lib=None, chains: bool = True) -> Program:  # fmt: skip
+    """The steps of `model` (shape-inferred, every weight inline) as `plan` says; see the module docstring.
+    `chains`: merge elementwise chains into one step each (`fuseplanner.run.chains`) where the
+    operator library runs them."""
     ops_lib = ops_lib or lib_module()
     view = GraphView(model)
     values, folded = fold_constants(view)
@@ -355,6 +362,11 @@ def build_program(model: onnx.ModelProto, graph: ModelGraph, plan, *, dtype: str
         raise PlanError(f"the plan covers no step for ONNX node {left[0]!r} ({len(left)} nodes uncovered): "
                         "it was made for another model")  # fmt: skip
     steps = tuple(s for _, _, s in sorted(b.placed, key=lambda p: (p[0], p[1])))
+    if chains:
+        from fuseplanner.run.chains import CHAIN_OP, fuse_chains
+
+        if CHAIN_OP in ops_lib.SUPPORTED:
+            steps = fuse_chains(steps, {o.name for o in graph.outputs}, ops_lib.Node)
     check_supported(steps, ops_lib.SUPPORTED)
     return _program(b, graph, steps, folded, dtype, precision)
 

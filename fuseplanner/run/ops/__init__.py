@@ -16,6 +16,7 @@ from typing import Any
 import onnx
 
 from fuseplanner.run.ops import (  # noqa: F401  (each module registers its builders)
+    chain,
     conv,
     convt,
     elementwise,

@@ -116,15 +116,23 @@ _CUDA_EXPR = {
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
 
 
-def _cuda_unary(cp: Any, node: Node) -> Kernel | None:
-    """One CuPy elementwise kernel for a float activation, or None where the generic path applies."""
+def cuda_expression(node: Node) -> str | None:
+    """The CUDA float expression of a float activation node over `v` (its input as float32), or None."""
     key = "GeluTanh" if node.op_type == "Gelu" and node.attr("approximate", "none") == "tanh" else node.op_type
     if key not in _CUDA_EXPR or np.dtype(node.input_dtypes[0]) not in _FLOATS:
         return None
     default_alpha = 0.2 if node.op_type == "HardSigmoid" else 0.01
     alpha, beta = float(node.attr("alpha", default_alpha)), float(node.attr("beta", 0.5))
-    expr = _CUDA_EXPR[key].replace("ALPHA", f"{alpha!r}f").replace("BETA", f"{beta!r}f")
-    kern = cp.ElementwiseKernel("T x", "O y", f"float v = (float)x; y = (O)({expr});", f"fuseplanner_{key.lower()}")
+    return _CUDA_EXPR[key].replace("ALPHA", f"{alpha!r}f").replace("BETA", f"{beta!r}f")
+
+
+def _cuda_unary(cp: Any, node: Node) -> Kernel | None:
+    """One CuPy elementwise kernel for a float activation, or None where the generic path applies."""
+    expr = cuda_expression(node)
+    if expr is None:
+        return None
+    name = f"fuseplanner_{node.op_type.lower()}{'_tanh' if node.attr('approximate', 'none') == 'tanh' else ''}"
+    kern = cp.ElementwiseKernel("T x", "O y", f"float v = (float)x; y = (O)({expr});", name)
     return lambda ins, outs: kern(ins[0], outs[0])
 
 
