@@ -49,6 +49,7 @@ class Row:
     planned_p90_us: float | None = None
     planned_cold_us: float | None = None
     launch_host_us: float | None = None
+    call_host_us: float | None = None
     unfused_us: float | None = None
     predicted_planned_us: float | None = None
     predicted_unfused_us: float | None = None
