@@ -218,6 +218,11 @@ class ValidationRun(_Frozen):
 
 # ---- conversion -------------------------------------------------------------------------------------
 
+#: A typed record, or a record dict of either format.
+RecordLike = Record | Mapping[str, Any]
+#: A typed run, or a results document dict.
+RunLike = ValidationRun | Mapping[str, Any]
+
 
 def _one_line(exc: ValidationError, where: str) -> RecordsError:
     e = exc.errors()[0]
@@ -230,8 +235,9 @@ def record(rec: Record | Mapping[str, Any], where: str = "record") -> Record:
     if isinstance(rec, Record):
         return rec
     d = dict(rec)
-    if not d.get("measured"):
-        d["measured"] = None
+    for key in ("measured", "check"):  # an old record's empty dict: not run, not checked
+        if not d.get(key):
+            d[key] = None
     try:
         return Record.model_validate(d)
     except ValidationError as exc:
@@ -294,7 +300,7 @@ def read_run(path: str | Path) -> ValidationRun:
             return _from_lines(lines, path)
     doc = _json(text, str(path))
     if not isinstance(doc, dict) or doc.get("schema") != OLD_SCHEMA or "records" not in doc:
-        raise RecordsError(f"{path} is not a fuseplanner validation records file ({FORMAT} version {VERSION} "
+        raise RecordsError(f"{path} is not a fuseplanner validation results file ({FORMAT} version {VERSION} "
                            f"or {OLD_SCHEMA})")  # fmt: skip
     return as_run(doc, str(path))
 
