@@ -61,6 +61,13 @@ class Prediction(_Frozen):
     reason: str = ""
 
 
+def prediction_of(cost: Any) -> Prediction:
+    """A cost model's `Cost` as a prediction (its per-launch kernels left out)."""
+    d = cost.as_dict()
+    d.pop("kernels", None)
+    return Prediction.model_validate(d)
+
+
 class CompiledKernel(_Frozen):
     """One launch as compiled and launched, beside what the cost model assumed for it."""
 
