@@ -46,7 +46,7 @@ def load_runs(paths: Sequence[str | Path], spec: Any = None, model: str | None =
     fuse decisions are recomputed with it (`fit.repredict`; `model` names the ONNX file when not the
     bundled model the run names); without, the predictions recorded at validation are kept."""
     if not paths:
-        raise AnalysisError("give at least one results.json of a validation run")
+        raise AnalysisError("give at least one records file (records.jsonl or results.json) of a validation run")
     runs = []
     for path in paths:
         if not Path(path).is_file():  # an unmatched shell glob arrives as its pattern

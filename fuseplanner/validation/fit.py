@@ -16,7 +16,7 @@ fuseplanner's own kernels rather than the chip (the spec's `kernel_fit.KernelFit
   `fused_weight_load_fraction`, the share of fused kernels' weight reads the time model charges, is
   kept as the spec has it (the bundled rates were fitted with it).
 
-    samples = load_samples(["results.json"])
+    samples = load_samples(["records.jsonl"])
     fit = fit_spec(spec, samples)          # fit.values -> the spec's fit; fit.before / fit.after
     own = kernel_fit(spec, fit, paths, meta)   # the spec's own KernelFit, with its provenance
 """
