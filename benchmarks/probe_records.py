@@ -26,19 +26,20 @@ from probe_fused import empty_floor  # noqa: E402  (the timing floor of one laun
 
 from fuseplanner.kernels import tiles  # noqa: E402
 from fuseplanner.validation import fit  # noqa: E402
+from fuseplanner.validation.records import RunMeta  # noqa: E402
 from fuseplanner.validation.report import load_results  # noqa: E402
 
 
-def record_steps(spec: str) -> tuple[dict, tuple]:
+def record_steps(spec: str) -> tuple[RunMeta, tuple]:
     """(meta, steps) of record `path:id`."""
     path, _, rid = spec.rpartition(":")
     data = load_results(path)
-    rec = next((r for r in data["records"] if r["id"] == rid), None)
+    rec = next((r for r in data.records if r.id == rid), None)
     if rec is None:
         raise SystemExit(f"{path}: no record {rid!r}")
-    meta = data["meta"]
-    graph = fit.results_graph(path, meta["model"], int(meta["batch"]), {})
-    return meta, fit.record_steps(rec, graph, int(meta["batch"]))
+    meta = data.meta
+    graph = fit.results_graph(path, meta.model, meta.batch, {})
+    return meta, fit.record_steps(rec, graph, meta.batch)
 
 
 def _forced_split(ks: int | None):
@@ -51,7 +52,7 @@ def _forced_split(ks: int | None):
     return own, split
 
 
-def probe_step(step, meta: dict, ks: int | None, repeat: int, ncu: bool) -> dict:
+def probe_step(step, meta: RunMeta, ks: int | None, repeat: int, ncu: bool) -> dict:
     import cupy as cp
 
     from fuseplanner import kernels
@@ -59,7 +60,7 @@ def probe_step(step, meta: dict, ks: int | None, repeat: int, ncu: bool) -> dict
     from fuseplanner.validation.reference import random_input, random_params, reference
     from fuseplanner.validation.timing import time_kernel
 
-    dtype, precision, batch = meta["dtype"], meta.get("precision", "fp32"), int(meta["batch"])
+    dtype, precision, batch = meta.dtype, meta.precision, meta.batch
     st = np.float16 if dtype == "fp16" else np.float32
     rng = np.random.default_rng()
     x = random_input(step.ops[0], batch, rng).astype(st).astype(np.float32)

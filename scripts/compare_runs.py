@@ -26,10 +26,10 @@ from fuseplanner.validation import report  # noqa: E402
 def timed(path: str) -> dict[tuple, float]:
     """Cold event time of every correctly measured record, keyed by what was launched."""
     out = {}
-    for r in report.load_results(path)["records"]:
-        t = (r.get("measured") or {}).get("time_cold_s")
-        if t and (r.get("check") or {}).get("ok", False):
-            out[(r["role"], tuple(r["nodes"]), json.dumps(r["tiles"], sort_keys=True), tuple(r["step_kinds"]))] = t
+    for r in report.load_results(path).records:
+        t = r.cold_s
+        if t and r.check is not None and r.check.ok:
+            out[(r.role, r.nodes, json.dumps([x.as_dict() for x in r.tiles], sort_keys=True), r.step_kinds)] = t
     return out
 
 

@@ -203,7 +203,7 @@ def task_plans(pos, opts, ctx, folder):
         steps.append(Step(f"validate the plan of spec {spec}", argv, int(opts.get("timeout", 180))))
 
     def totals(task_dir: Path, log) -> int:
-        runs = sorted(str(p) for p in task_dir.glob("spec*/results.json"))
+        runs = sorted(str(p) for p in task_dir.glob("spec*/records.jsonl"))
         if not runs:
             log.write("no plan was validated\n")
             return 1

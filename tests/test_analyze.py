@@ -181,7 +181,7 @@ def test_register_fit_recovers_a_linear_table():
 def test_launches_read_the_recorded_kernels():
     run = load_runs([LAYERS])[0]
     rows = register_checks.launches([run])
-    assert len(rows) == sum(len((r.get("measured") or {}).get("kernels") or []) for r in run.records) > 20
+    assert len(rows) == sum(len(r.measured.kernels or ()) for r in run.records if r.measured) > 20
     hw = specs.gpu("h100").hw
     # a table fitted to these launches gets at least as many blocks per SM right as the accumulator estimate
     assert register_checks.matches(rows, register_checks.fit_table(rows), hw) >= register_checks.matches(rows, {}, hw)
@@ -191,14 +191,16 @@ def test_spill_scan_splits_launches_at_the_ceiling():
     big, small = Tile(28, 14, 128, 64, 256), Tile(4, 4, 16, 16, 256)
     # dw_pw fp16: 61 + 1.07 x (128 x 28 x 14 / 256 = 196) = 270.7 -> 271 registers: over 255;
     #   61 + 1.07 x 1 -> 63: within
-    assert register_checks.over_ceiling({"kind": "dw_pw", "tiles": [asdict(big)]}, "fp16") is True
-    assert register_checks.over_ceiling({"kind": "dw_pw", "tiles": [asdict(small)]}, "fp16") is False
-    assert register_checks.over_ceiling({"kind": "no_such_kind", "tiles": [asdict(small)]}, "fp16") is None
+    assert register_checks.over_ceiling("dw_pw", big, "fp16") is True
+    assert register_checks.over_ceiling("dw_pw", small, "fp16") is False
+    assert register_checks.over_ceiling("no_such_kind", small, "fp16") is None
 
     def rec(i, tile, meas, pred, frame):
         return {"id": f"g0.t{i}", "role": "tile", "group": "g0", "kind": "dw_pw", "step_kinds": ["dw_pw"],
                 "tiles": [asdict(tile)], "predicted": {"ours": {"time_s": pred}},
-                "measured": {"time_cold_s": meas, "kernels": [{"local_bytes": frame}]}}  # fmt: skip
+                "measured": {"time_cold_s": meas, "kernels": [{"kind": "dw_pw", "blocks": 1, "threads": 256, "smem_bytes": 0,
+                                                       "regs": 255, "local_bytes": frame, "blocks_per_sm": 1,
+                                                       "limiter": "registers"}]}}  # fmt: skip
 
     data = {"meta": {"dtype": "fp16"}, "records": [rec(0, big, 6e-5, 1e-5, 2144), rec(1, small, 2e-5, 1e-5, 0)]}
     scan = register_checks.spill_scan([Run("x", "x", data)])

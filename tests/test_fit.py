@@ -29,15 +29,15 @@ def samples():
 
 
 def test_samples_follow_the_records(samples):
-    records = report.load_results(RUN)["records"]
-    usable = [r for r in records if (r.get("measured") or {}).get("time_cold_s") and r["check"]["ok"]]
+    records = report.load_results(RUN).records
+    usable = [r for r in records if r.cold_s and r.check.ok]
     assert len(samples) == len(usable) > 10
     for s, r in zip(samples, usable, strict=True):
-        assert s.time_s == r["measured"]["time_cold_s"]
-        assert [op.name for st in s.steps for op in st.ops] == r["nodes"]
+        assert s.time_s == r.measured.time_cold_s
+        assert tuple(op.name for st in s.steps for op in st.ops) == r.nodes
         # a group is one fused launch, its unfused run one launch per member
-        assert len(s.steps) == (1 if r["role"] in ("layer", "group", "tile") else len(r["nodes"]))
-        assert s.gma_bytes == r["measured"]["gma_bytes"]  # this run had counters
+        assert len(s.steps) == (1 if r.role in ("layer", "group", "tile") else len(r.nodes))
+        assert s.gma_bytes == r.measured.gma_bytes  # this run had counters
 
 
 def test_batch_8_records_replay_with_the_batch_they_ran_at():
@@ -170,10 +170,10 @@ def test_fit_restarts_along_the_exponents_only_when_it_fits_one(samples, monkeyp
 
 def _doc(pred_planned: float, pred_alt: float, pred_unfused: float) -> dict:
     def rec(role, planned, t_pred, t_meas, tile):
-        return {"id": f"{role}{tile}", "role": role, "group": "g0", "planned": planned, "tiles": [{"th": tile}],
+        return {"id": f"{role}{tile}", "role": role, "group": "g0", "planned": planned, "tiles": [{"th": tile, "tw": 1, "tf": 1, "tc": 1}],
                 "predicted": {"ours": {"time_s": t_pred, "feasible": True}},
                 "measured": {"time_cold_s": t_meas}, "check": {"ok": True}, "error": None}
-    return {"meta": {}, "groups": {"g0": {"planner_fused": True, "planned_tile": {"th": 1}}},
+    return {"meta": {}, "groups": {"g0": {"planner_fused": True, "planned_tile": {"th": 1, "tw": 1, "tf": 1, "tc": 1}}},
             "records": [rec("group", True, pred_planned, 9e-6, 1), rec("tile", False, pred_alt, 6e-6, 2),
                         rec("unfused", False, pred_unfused, 8e-6, 0)]}
 
@@ -182,10 +182,11 @@ def test_replan_moves_the_planned_mark_to_the_least_predicted_tile():
     # predictions 10 us (the old plan's tile), 7 us (a swept tile), unfused 8 us: the planner would now
     # take the swept tile, and 8 / 7 = 1.14 is a fuse at 1.1 but not at 1.2
     doc = _doc(10e-6, 7e-6, 8e-6)
-    times = fit.replan(doc["records"])
-    assert [r["planned"] for r in doc["records"][:2]] == [False, True]
+    recs, times = fit.replan(doc["records"])
+    assert [r.planned for r in recs[:2]] == [False, True]
     assert times == {("g0", "group"): 7e-6, ("g0", "unfused"): 8e-6}
     # when the old plan's tile stays the least predicted, nothing moves
     doc = _doc(5e-6, 7e-6, 8e-6)
-    assert fit.replan(doc["records"])[("g0", "group")] == 5e-6
-    assert [r["planned"] for r in doc["records"][:2]] == [True, False]
+    recs, times = fit.replan(doc["records"])
+    assert times[("g0", "group")] == 5e-6
+    assert [r.planned for r in recs[:2]] == [True, False]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
@@ -28,11 +27,11 @@ def test_identical_runs_dedup_to_nothing_and_other_batch_keeps_all():
 def test_one_changed_tile_is_kept():
     train = _run()
     test = _run()
-    data = copy.deepcopy(test.data)
+    data = json.loads((FIX / "results_small.json").read_text())
     data["records"][0]["tiles"][0]["th"] += 1
     test = Run(path="t", label="t", data=data)
     kept = dedup([test], [train])
-    assert len(kept) == 1 and kept[0]["id"] == data["records"][0]["id"]
+    assert len(kept) == 1 and kept[0].id == data["records"][0]["id"]
     assert record_key(test, kept[0]) != record_key(train, train.records[0])
 
 
@@ -42,7 +41,7 @@ def test_dedup_accuracy_counts_and_per_model():
     n = len(a.records)
     assert (s.records, s.kept) == (2 * n, n)
     assert s.all["time"].n == 2 * s.deduplicated["time"].n  # both halves measure the same records
-    assert list(per_model([a])) == [a.data["meta"]["model"]]
+    assert list(per_model([a])) == [a.data.meta.model]
 
 
 def test_cli_accuracy_train(capsys):

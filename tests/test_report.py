@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fuseplanner.core.errors import FusePlannerError
-from fuseplanner.validation import report
+from fuseplanner.validation import records, report
 
 FIX = Path(__file__).parent / "fixtures" / "results_small.json"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -192,11 +192,10 @@ def test_report_from_saved_results(tmp_path):
     assert "| GMA | 30.0% / 54.0% (7) | 50.0% / 88.0% (7) |" in md
     assert "no (by 40.0 points)" in md
     assert "![traffic](traffic.png)" in md
-    again = json.loads((out / "results.json").read_text())
-    assert again["summary"]["errors"]["ours"]["gma"]["median"] == pytest.approx(s["errors"]["ours"]["gma"]["median"])
-    # the regenerated results file regenerates again (its saved summary is dropped and recomputed)
-    s2 = report.report_from_results(out / "results.json", tmp_path / "rep2")
-    assert s2["decisions"]["fuse"] == s["decisions"]["fuse"]
+    # the old results.json is written again as records (JSON lines), which regenerate the same report
+    assert report.load_results(out / report.RECORDS_FILE) == records.as_run(json.loads(FIX.read_text()))
+    s2 = report.report_from_results(out / report.RECORDS_FILE, tmp_path / "rep2")
+    assert s2 == s
 
 
 def test_counter_free_report(tmp_path, results):
@@ -218,7 +217,7 @@ def test_bad_results_file(tmp_path):
     with pytest.raises(FusePlannerError, match="not a fuseplanner validation results"):
         report.load_results(bad)
     shutil.copy(FIX, tmp_path / "ok.json")
-    assert report.load_results(tmp_path / "ok.json")["schema"] == report.SCHEMA
+    assert report.load_results(tmp_path / "ok.json").meta.model == "tiny_inverted_residual"
 
 
 def test_load_results_reads_gzip(tmp_path, results):
@@ -226,7 +225,7 @@ def test_load_results_reads_gzip(tmp_path, results):
     plain, packed = tmp_path / "results.json", tmp_path / "results.json.gz"
     shutil.copy(FIX, plain)
     packed.write_bytes(gzip.compress(FIX.read_bytes()))
-    assert report.load_results(packed) == report.load_results(plain) == results
+    assert report.load_results(packed) == report.load_results(plain) == records.as_run(results)
     # a report regenerates from the compressed file as from the plain one
     assert report.report_from_results(packed, tmp_path / "rep") == report.summarize(results)
 

@@ -54,7 +54,7 @@ def test_layer_that_applies_the_residual_add_is_measured_with_it(bytes_model):
     assert layer.nodes == ["pw2"] and layer.residual and not layer.residual_from_input
     assert [s.residual for s in layer.steps] == [True]
     assert skipped == []  # the Add is not a library kernel to skip: pw2's kernel applies it
-    assert V.predict(layer, _ctx())["gma_bytes"] == 14400  # as in test_planner's hand count
+    assert V.predict(layer, _ctx()).gma_bytes == 14400  # as in test_planner's hand count
 
 
 def _residual_items():
@@ -69,9 +69,9 @@ def test_unfused_prediction_is_the_sum_of_its_launches(bytes_model):
     pred = V.predict(unfused, _ctx())
     expect = sum((fakes.bytes_estimate(s.kind, s.ops, s.tile, "fp32", 1, GPU, residual=s.residual)
                   for s in unfused.steps), start=fakes._cost(0, 0, 0))
-    assert pred["gma_bytes"] == expect.gma_bytes
-    assert pred["launches"] == 3
-    assert pred["time_s"] == pytest.approx(expect.time_s)
+    assert pred.gma_bytes == expect.gma_bytes
+    assert pred.launches == 3
+    assert pred.time_s == pytest.approx(expect.time_s)
 
 
 def test_sequence_prediction_overlaps_its_launches(bytes_model):
@@ -222,9 +222,9 @@ def test_counter_free_record_has_effective_bandwidth(bytes_model):
     items, _, _ = V.build_items(g, p, ctx)
     pred = V.predictions(items[0], ctx)
     rec = V._record(items[0], pred, {"time_cold_s": 2e-6}, {"ok": True}, None)
-    assert rec["measured"]["traffic"] == "counter-free"
-    assert rec["measured"]["eff_dram_Bps"] == pytest.approx(pred["ours"]["dram_bytes"] / 2e-6)
-    assert rec["tiles"] == [p.groups[0].tile.as_dict()]
+    assert rec.measured.traffic == "counter-free"
+    assert rec.measured.eff_dram_Bps == pytest.approx(pred["ours"].dram_bytes / 2e-6)
+    assert rec.tiles == (p.groups[0].tile,)
 
 
 def test_validate_without_gpu_raises_device_error(bytes_model):

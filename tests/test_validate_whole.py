@@ -55,6 +55,24 @@ def test_compare_by_hand():
     assert (r.launches_planned, r.launches_unfused) == (2, 3)
 
 
+def test_steps_covered_by_a_predicted_step_add_up():
+    """The executor runs a stem conv's Clip as its own step ("clip"), and merges two elementwise nodes
+    into one chain step ("e1+e2"): each is matched to the predicted step covering it, their seconds summed."""
+    graph = _pred("graph", [("conv", 30.0), ("c", 40.0)], [("conv", 30.0), ("c", 40.0)])
+    measured = [FakeStep("conv", "library", "Conv", 20e-6), FakeStep("clip", "library", "Clip", 5e-6),
+                FakeStep("c", "pw", "Conv", 30e-6), FakeStep("e1+e2", "library", "Add+Relu", 10e-6),
+                FakeStep("x+y", "library", "Add+Relu", 1e-6)]
+    owner = {"conv": "conv", "clip": "conv", "c": "c", "e2": "c"}
+    r = compare(graph, graph, Latency(median_s=70e-6, p10_s=1e-6, p90_s=1e-6), Latency(median_s=70e-6, p10_s=1e-6,
+                p90_s=1e-6), measured, gpu="h100", dtype="fp32", precision="fp32", batch=1, owner=owner)  # fmt: skip
+    got = {s.label: s.measured_s for s in r.steps}
+    # conv: 20 + 5 = 25 us (predicted 30: +20%); c: 30 + 10 = 40 us (predicted 40: 0%)
+    assert got == pytest.approx({"conv": 25e-6, "c": 40e-6})
+    errs = {s.label: s.error for s in r.steps}
+    assert errs["conv"] == pytest.approx(30 / 25 - 1) and errs["c"] == pytest.approx(0.0)
+    assert r.unmatched_steps == ["x+y"]
+
+
 def test_markdown_and_json_round_trip(tmp_path):
     r = _result()
     md = to_markdown([r])

@@ -1,6 +1,6 @@
 """Analyses of saved validation runs (no GPU): what `fuseplanner analyze` prints.
 
-Each module reads the `results.json` documents `fuseplanner validate` writes (`runs.load_runs`, by
+Each module reads the typed runs `fuseplanner validate` writes (records.jsonl; `runs.load_runs`, by
 default with every `ours` prediction and fuse decision recomputed with a GPU spec) and returns typed
 rows; `tables` turns them into plain-text tables (`Table`) that the command line prints with rich or
 writes as markdown.

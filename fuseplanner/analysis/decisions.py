@@ -19,6 +19,7 @@ from fuseplanner.analysis.runs import Run
 from fuseplanner.analysis.tables import Table
 from fuseplanner.core.errors import AnalysisError
 from fuseplanner.validation import fit, report
+from fuseplanner.validation.records import Record
 
 
 @dataclass(frozen=True)
@@ -56,9 +57,9 @@ class GroupDecision:
         return (self.predicted >= threshold) == self.fusion_wins
 
 
-def _planned_record(records: Sequence[dict], group: str) -> dict | None:
+def _planned_record(records: Sequence[Record], group: str) -> Record | None:
     for r in records:
-        if r.get("group") == group and r.get("planned") and r["role"] in ("group", "tile") and report.measured_ok(r):
+        if r.group == group and r.planned and r.role in ("group", "tile") and r.ok:
             return r
     return None
 
@@ -71,12 +72,12 @@ def group_decisions(run: Run) -> list[GroupDecision]:
         planned = _planned_record(run.records, g)
         if planned is None or (g, "group") not in pred or (g, "unfused") not in pred:
             continue
-        info = run.data["groups"][g]
+        info = run.data.groups[g]
         out.append(GroupDecision(
-            run=run.label, group=g, kind=info["kind"], layers=tuple(info["nodes"]),
-            tile=report.tile_str(planned["tiles"][0]) if len(planned["tiles"]) == 1 else "-",
+            run=run.label, group=g, kind=info.kind, layers=info.nodes,
+            tile=report.tile_str(planned.tiles[0]) if len(planned.tiles) == 1 else "-",
             predicted_fused_s=pred[(g, "group")], predicted_unfused_s=pred[(g, "unfused")],
-            planned_s=planned["measured"]["time_cold_s"], best_fused_s=e["best_fused_s"], unfused_s=e["unfused_s"],
+            planned_s=planned.cold_s, best_fused_s=e["best_fused_s"], unfused_s=e["unfused_s"],
         ))  # fmt: skip
     return out
 

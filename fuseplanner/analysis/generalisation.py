@@ -18,20 +18,21 @@ from dataclasses import dataclass
 
 from fuseplanner.analysis.accuracy import METRICS, Errors, metric_apes
 from fuseplanner.analysis.runs import Run
+from fuseplanner.validation.records import Record
 
 
-def record_key(run: Run, record: dict) -> tuple:
+def record_key(run: Run, record: Record) -> tuple:
     """(model, dtype, batch, nodes, tile) of one record of `run`."""
-    meta = run.data["meta"]
-    tiles = json.dumps(record.get("tiles") or [], sort_keys=True)
-    return (meta["model"], meta["dtype"], int(meta["batch"]), tuple(record.get("nodes") or ()), tiles)
+    meta = run.data.meta
+    tiles = json.dumps([t.as_dict() for t in record.tiles], sort_keys=True)
+    return (meta.model, meta.dtype, int(meta.batch or 0), tuple(record.nodes), tiles)
 
 
 def training_keys(train: Sequence[Run]) -> frozenset[tuple]:
     return frozenset(record_key(r, rec) for r in train for rec in r.records)
 
 
-def dedup(test: Sequence[Run], train: Sequence[Run]) -> list[dict]:
+def dedup(test: Sequence[Run], train: Sequence[Run]) -> list[Record]:
     """The test records whose configuration key no training record has."""
     seen = training_keys(train)
     return [rec for r in test for rec in r.records if record_key(r, rec) not in seen]
@@ -47,7 +48,7 @@ class DedupScore:
     kept: int
 
 
-def _errors(records: Sequence[dict]) -> dict[str, Errors]:
+def _errors(records: Sequence[Record]) -> dict[str, Errors]:
     return {m: Errors.of(metric_apes(records, m)) for m in METRICS}
 
 
@@ -59,7 +60,7 @@ def dedup_accuracy(test: Sequence[Run], train: Sequence[Run]) -> DedupScore:
 
 def per_model(runs: Sequence[Run]) -> dict[str, dict[str, Errors]]:
     """Errors of each model's records alone (module docstring: leave-one-model-out with a refit spec)."""
-    by: dict[str, list[dict]] = {}
+    by: dict[str, list[Record]] = {}
     for r in runs:
-        by.setdefault(r.data["meta"]["model"], []).extend(r.records)
+        by.setdefault(r.data.meta.model or "?", []).extend(r.records)
     return {m: _errors(recs) for m, recs in sorted(by.items())}

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from fuseplanner.analysis.runs import Run
 from fuseplanner.analysis.tables import Table
-from fuseplanner.validation import report
 
 
 @dataclass(frozen=True)
@@ -30,12 +29,13 @@ class PlanTotal:
 
 
 def plan_total(run: Run) -> PlanTotal:
-    planned = [r for r in run.records if r.get("planned")]
-    ok = [r for r in planned if report.measured_ok(r)]
+    planned = [r for r in run.records if r.planned]
+    ok = [r for r in planned if r.ok]
+    gpu = run.data.meta.gpu
     return PlanTotal(
-        run=run.label, spec=str(run.data["meta"].get("gpu", "?")), items=len(ok), failed=len(planned) - len(ok),
-        predicted_s=sum(r["predicted"]["ours"]["time_s"] for r in ok),
-        cold_s=sum(r["measured"]["time_cold_s"] for r in ok), warm_s=sum(r["measured"]["time_warm_s"] for r in ok),
+        run=run.label, spec="?" if gpu is None else gpu, items=len(ok), failed=len(planned) - len(ok),
+        predicted_s=sum(r.predicted["ours"].time_s for r in ok),
+        cold_s=sum(r.measured.time_cold_s for r in ok), warm_s=sum(r.measured.time_warm_s for r in ok),
     )  # fmt: skip
 
 

@@ -54,9 +54,10 @@ def launches(runs: Sequence[Run]) -> list[Launch]:
     out = []
     for run in runs:
         for rec in run.records:
-            for k, t in zip((rec.get("measured") or {}).get("kernels") or [], rec["tiles"], strict=False):
-                key = (json.dumps(t, sort_keys=True), tuple(rec["nodes"]), run.dtype)
-                out.append(Launch(k["kind"], run.dtype, Tile(**t), k["regs"], k["smem_bytes"], k["blocks_per_sm"], key))
+            kernels = rec.measured.kernels if rec.measured is not None else None
+            for k, t in zip(kernels or (), rec.tiles, strict=False):
+                key = (json.dumps(t.as_dict(), sort_keys=True), rec.nodes, run.dtype)
+                out.append(Launch(k.kind, run.dtype, t, k.regs, k.smem_bytes, k.blocks_per_sm, key))
     return out
 
 
@@ -109,12 +110,12 @@ def python_source(table: RegisterTable) -> str:
     return "\n".join([*lines, "}"]) + "\n"
 
 
-def over_ceiling(rec: Mapping, dtype: str) -> bool | None:
-    """Whether the record's (single) kernel wants more than MAX_REGS_PER_THREAD; None when the register
+def over_ceiling(kind: str, tile: Tile, dtype: str) -> bool | None:
+    """Whether a kernel of `kind` at `tile` wants more than MAX_REGS_PER_THREAD; None when the register
     table has no row for it."""
-    if (rec["kind"], dtype) not in registers.COMPILED:
+    if (kind, dtype) not in registers.COMPILED:
         return None
-    return registers.wanted(rec["kind"], Tile(**rec["tiles"][0]), dtype) > registers.MAX_REGS_PER_THREAD
+    return registers.wanted(kind, tile, dtype) > registers.MAX_REGS_PER_THREAD
 
 
 @dataclass(frozen=True)
@@ -136,17 +137,16 @@ def spill_scan(runs: Sequence[Run]) -> SpillScan:
     for run in runs:
         fused = defaultdict(list)
         for r in run.records:
-            me = r.get("measured") or {}
-            ours = (r.get("predicted") or {}).get("ours") or {}
-            if not me.get("time_cold_s") or not ours.get("time_s") or len(r["step_kinds"]) != 1 or not r["tiles"]:
+            me, ours = r.measured, r.prediction("ours")
+            if not r.cold_s or not (ours and ours.time_s) or len(r.step_kinds) != 1 or not r.tiles:
                 continue
-            over = over_ceiling(r, run.dtype)
+            over = over_ceiling(r.kind, r.tiles[0], run.dtype)
             if over is None:
                 continue
-            ratios[over].append(me["time_cold_s"] / ours["time_s"])
-            frames[over, bool((me.get("kernels") or [{}])[0].get("local_bytes"))] += 1
-            if r.get("group") and r["role"] != "unfused":
-                fused[r["group"]].append((me["time_cold_s"], over))
+            ratios[over].append(me.time_cold_s / ours.time_s)
+            frames[over, bool(me.kernels and me.kernels[0].local_bytes)] += 1
+            if r.group and r.role != "unfused":
+                fused[r.group].append((me.time_cold_s, over))
         for measured in fused.values():
             best[min(measured)[1]] += 1
     return SpillScan(dict(ratios), dict(frames), dict(best))

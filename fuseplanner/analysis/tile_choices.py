@@ -17,6 +17,7 @@ from fuseplanner.analysis.runs import Run
 from fuseplanner.analysis.tables import Table
 from fuseplanner.core.errors import AnalysisError
 from fuseplanner.validation import report
+from fuseplanner.validation.records import Record
 
 
 @dataclass(frozen=True)
@@ -44,15 +45,15 @@ def layer_choices(run: Run) -> LayerChoices:
                         pick["time_lost_percent"], float(np.median(rho)) if rho else None)  # fmt: skip
 
 
-def time_ratios(records: Sequence[dict]) -> dict[tuple[str, str], list[float]]:
+def time_ratios(records: Sequence[Record]) -> dict[tuple[str, str], list[float]]:
     """Predicted / measured cold time of each layer-sweep record, by (kind, "chosen" | "alternative")."""
     out: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in records:
-        ours = (r.get("predicted") or {}).get("ours")
-        if r["role"] not in report.LAYER_ROLES or not ours or not report.measured_ok(r):
+        ours = r.prediction("ours")
+        if r.role not in report.LAYER_ROLES or not ours or not r.ok:
             continue
-        side = "alternative" if r["role"] == "layer_tile" else "chosen"
-        out[(r["kind"], side)].append(ours["time_s"] / r["measured"]["time_cold_s"])
+        side = "alternative" if r.role == "layer_tile" else "chosen"
+        out[(r.kind, side)].append(ours.time_s / r.cold_s)
     return out
 
 

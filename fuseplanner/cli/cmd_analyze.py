@@ -20,15 +20,15 @@ HELP = {
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "analyze", help="analyse saved validation runs (results.json) without a GPU",
-        description="Analyse the results.json files of `fuseplanner validate` runs (plain or .gz). By default "
+        "analyze", help="analyse saved validation runs (records.jsonl or results.json) without a GPU",
+        description="Analyse the records.jsonl (or older results.json) files of `fuseplanner validate` runs (plain or .gz). By default "
         "the `ours` predictions and fuse decisions are recomputed with --gpu's spec; the measurements are the "
         "recorded ones. Prints tables; --markdown writes them as markdown.",
     )  # fmt: skip
     sub = p.add_subparsers(dest="analysis", metavar="ANALYSIS", parser_class=type(p))
     for name, text in HELP.items():
         sp = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
-        sp.add_argument("results", nargs="+", metavar="RESULTS", help="results.json(.gz) files of validation runs")
+        sp.add_argument("results", nargs="+", metavar="RESULTS", help="records.jsonl or results.json files of validation runs (plain or .gz)")
         sp.add_argument("--gpu", default="h100", metavar="NAME|PATH", help="GPU spec name or TOML file (default h100)")
         sp.add_argument("--markdown", default=None, metavar="PATH|-", help="write the tables as markdown ('-': stdout)")
         if name in ("accuracy", "decisions", "tiles"):

@@ -79,8 +79,8 @@ def _from_results(args: argparse.Namespace) -> int:
     from fuseplanner.validation.microbench import spec_dict, to_toml
     from fuseplanner.validation.report import load_results
 
-    meta = load_results(args.from_results[0])["meta"]
-    base = specs.gpu(meta["gpu"] if args.gpu == "auto" else args.gpu)
+    meta = load_results(args.from_results[0]).meta
+    base = specs.gpu(meta.gpu if args.gpu == "auto" else args.gpu)
     samples, dropped = fit.feasible(base, fit.load_samples(args.from_results, args.model))
     if dropped:
         sys.stderr.write(f"skipped {len(dropped)} records that the current kernels cannot launch with spec "

@@ -20,7 +20,7 @@ def register(subparsers) -> None:
         description="Plan MODEL for this GPU, run every unfused layer and fused group (and, with --tiles sweep, "
         "alternative tiles and the unfused alternatives) on random data, check each result against a float64 "
         "reference, time it with CUDA events (cold and warm L2), read traffic counters with Nsight Compute when "
-        "allowed, and write results.json, report.md and plots to --out. Needs a CUDA GPU and CuPy.",
+        "allowed, and write records.jsonl, report.md and plots to --out. Needs a CUDA GPU and CuPy.",
     )
     p.add_argument("model", nargs="?", help="ONNX file or bundled model name (omit with --from-results)")
     p.add_argument("--gpu", default="auto", help="GPU spec name or TOML path; 'auto' detects this GPU (default)")
@@ -45,7 +45,7 @@ def register(subparsers) -> None:
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
                    help="pin a graph input shape, e.g. input=1x3x224x224 (repeatable)")
     p.add_argument("--from-results", metavar="RESULTS_JSON",
-                   help="regenerate report.md and plots from a saved results.json (no GPU needed)")
+                   help="regenerate report.md and plots from a saved records.jsonl or results.json (no GPU needed)")
     p.add_argument("--repredict", action="store_true",
                    help="with --from-results: recompute our model's predictions with the current cost model and --gpu "
                    "(default: the spec the results name), re-plan each group among its measured tiles, then report")
@@ -65,11 +65,9 @@ def _repredicted(args: argparse.Namespace, out: Path) -> dict:
     from fuseplanner.validation import fit
     from fuseplanner.validation.report import load_results, write_report
 
-    data = load_results(args.from_results)
-    spec = specs.gpu(data["meta"]["gpu"]) if args.gpu == "auto" else resolve_gpu(args.gpu)
-    fresh = fit.repredict(data, spec)
-    fresh.pop("summary", None)
-    return write_report(fresh, out, source=args.from_results)
+    run = load_results(args.from_results)
+    spec = specs.gpu(run.meta.gpu) if args.gpu == "auto" else resolve_gpu(args.gpu)
+    return write_report(fit.repredict(run, spec), out, source=args.from_results)
 
 
 def resolve_gpu(name: str):
@@ -180,7 +178,7 @@ def _validate(args: argparse.Namespace) -> int:
     results = validate(graph, gpu, plan, tiles=args.tiles, dtype=args.dtype, batch=plan.batch, out_dir=out,
                        ncu=ncu, progress=not args.json, repeat=args.repeat, datasheet_gpu=datasheet,
                        command=_command(args), ncu_timeout_s=args.ncu_timeout)
-    _emit(args, results["summary"], out)
+    _emit(args, results.summary, out)
     return 0
 
 

@@ -34,3 +34,7 @@ class ModelNote(UserWarning):
 
 class AnalysisError(FusePlannerError, ValueError):
     """Saved validation runs cannot be analysed as asked (a missing file, nothing to analyse)."""
+
+
+class RecordsError(FusePlannerError, ValueError):
+    """A measurement-record file cannot be read: unreadable, not a record file, or another schema version."""

@@ -16,14 +16,13 @@ fuseplanner's own kernels rather than the chip (the spec's `kernel_fit.KernelFit
   `fused_weight_load_fraction`, the share of fused kernels' weight reads the time model charges, is
   kept as the spec has it (the bundled rates were fitted with it).
 
-    samples = load_samples(["results.json"])
+    samples = load_samples(["records.jsonl"])
     fit = fit_spec(spec, samples)          # fit.values -> the spec's fit; fit.before / fit.after
     own = kernel_fit(spec, fit, paths, meta)   # the spec's own KernelFit, with its provenance
 """
 
 from __future__ import annotations
 
-import copy
 import datetime
 import math
 from collections.abc import Callable, Iterable, Sequence
@@ -34,11 +33,20 @@ from typing import Any
 import numpy as np
 
 from fuseplanner.core.errors import FusePlannerError, ModelError
-from fuseplanner.core.ir import Tile
 from fuseplanner.core.kinds import LAYER_KINDS
 from fuseplanner.hw.kernel_fit import PARAMS, KernelFit
 from fuseplanner.validation.microbench import apply_measured
-from fuseplanner.validation.report import load_results
+from fuseplanner.validation.records import (
+    Record,
+    RecordLike,
+    RunLike,
+    RunMeta,
+    ValidationRun,
+    as_records,
+    as_run,
+    prediction_of,
+    read_run,
+)
 from fuseplanner.validation.validate import Step, steps_cost
 
 RATE_FIELDS = {
@@ -110,16 +118,15 @@ class Fit:
                 "before": self.before, "after": self.after}  # fmt: skip
 
 
-def record_steps(rec: dict, graph, batch: int) -> tuple[Step, ...]:
+def record_steps(rec: Record, graph, batch: int) -> tuple[Step, ...]:
     """The launches of a saved record (its nodes in `graph` at `batch`, its tiles and step kinds)."""
-    ops = [graph.op(n).with_batch(batch) for n in rec["nodes"]]
-    tiles = [Tile(**t) for t in rec["tiles"]]
-    kinds = rec["step_kinds"]
+    ops = [graph.op(n).with_batch(batch) for n in rec.nodes]
+    kinds = rec.step_kinds
     if len(kinds) == 1:
-        return (Step(kinds[0], tuple(ops), tiles[0], bool(rec.get("residual"))),)
+        return (Step(kinds[0], tuple(ops), rec.tiles[0], rec.residual),)
     last = len(ops) - 1
-    return tuple(Step(k, (op,), t, bool(rec.get("residual")) and i == last)
-                 for i, (k, op, t) in enumerate(zip(kinds, ops, tiles, strict=True)))  # fmt: skip
+    return tuple(Step(k, (op,), t, rec.residual and i == last)
+                 for i, (k, op, t) in enumerate(zip(kinds, ops, rec.tiles, strict=True)))  # fmt: skip
 
 
 def results_graph(path: str | Path, name: str, batch: int, cache: dict[tuple[str, int], Any]):
@@ -135,92 +142,96 @@ def results_graph(path: str | Path, name: str, batch: int, cache: dict[tuple[str
     return cache[(name, batch)]
 
 
+def _sample(path: str | Path, meta: RunMeta, rec: Record, graph) -> Sample | None:
+    """The record as a sample; None unless it ran, was timed and checked correct."""
+    m = rec.measured
+    if m is None or not m.time_cold_s or not (rec.check is not None and rec.check.ok):
+        return None
+    return Sample(
+        id=f"{Path(path).parent.name}:{rec.id}", kind=rec.kind, steps=record_steps(rec, graph, meta.batch),
+        dtype=meta.dtype, batch=meta.batch, precision=meta.precision, time_s=float(m.time_cold_s),
+        gma_bytes=m.gma_bytes if m.traffic == "ncu" else None, role=rec.role,
+        group=f"{path}:{rec.group}" if rec.group else None,
+    )  # fmt: skip
+
+
 def load_samples(paths: Iterable[str | Path], model: str | None = None) -> list[Sample]:
     """Every correctly measured record of the results files (`model` overrides the model they name)."""
     samples: list[Sample] = []
     graphs: dict[tuple[str, int], Any] = {}
     for path in paths:
-        data = load_results(path)
-        meta, records = data["meta"], data["records"]
-        batch = int(meta["batch"])
-        graph = results_graph(path, model or meta["model"], batch, graphs)
-        for rec in records:
-            m = rec.get("measured") or {}
-            if not m.get("time_cold_s") or not (rec.get("check") or {}).get("ok", False):
-                continue
-            samples.append(Sample(
-                id=f"{Path(path).parent.name}:{rec['id']}", kind=rec["kind"],
-                steps=record_steps(rec, graph, batch), dtype=meta["dtype"], batch=batch,
-                precision=meta.get("precision", "fp32"), time_s=float(m["time_cold_s"]),
-                gma_bytes=m.get("gma_bytes") if m.get("traffic") == "ncu" else None, role=rec.get("role", ""),
-                group=f"{path}:{rec['group']}" if rec.get("group") else None,
-            ))  # fmt: skip
+        run = read_run(path)
+        graph = results_graph(path, model or run.meta.model, run.meta.batch, graphs)
+        samples += [s for s in (_sample(path, run.meta, rec, graph) for rec in run.records) if s is not None]
     return samples
 
 
-def repredict(data: dict, spec: Any, model: str | None = None) -> dict:
-    """A copy of a validation results document whose `ours` predictions are recomputed with the
-    current cost model and `spec` (None for a launch it refuses, e.g. a tile that would spill), and
-    whose plan is re-derived from them as the planner would choose among the measured tiles: each
-    group's planned tile becomes its fused record of least predicted time, and the group counts as
-    fused when its predicted unfused/fused time at that tile reaches `fuse_min_speedup` (the planner
-    itself might pick an unmeasured tile; the measurements are unchanged)."""
-    out = copy.deepcopy(data)
-    meta = out["meta"]
-    batch = int(meta["batch"])
-    graph = results_graph("results", model or meta["model"], batch, {})
-    for rec in out["records"]:
-        if rec.get("nodes") and rec.get("tiles") and rec.get("step_kinds"):
-            total = steps_cost(record_steps(rec, graph, batch), meta["dtype"], batch, spec, meta.get("precision", "fp32"))
-            d = None  # a launch the current model refuses: no prediction, and never the planner's tile
-            if total is not None:
-                d = total.as_dict()
-                d.pop("kernels", None)
-            rec.setdefault("predicted", {})["ours"] = d
-        (rec.get("predicted") or {}).pop("ours_uncalibrated", None)
-    planned = replan(out["records"])
-    chosen: dict[str, dict] = {}  # each group's (first) planned fused record
-    for r in out["records"]:
-        if r.get("group") and r.get("planned") and r["role"] != "unfused":
-            chosen.setdefault(r["group"], r)
+def _repredicted(rec: Record, spec: Any, meta: RunMeta, graph) -> Record:
+    """`rec` with its `ours` prediction recomputed (None for a launch the current model refuses: no
+    prediction, and never the planner's tile) and without an uncalibrated one."""
+    predicted = dict(rec.predicted)
+    if rec.nodes and rec.tiles and rec.step_kinds:
+        total = steps_cost(record_steps(rec, graph, meta.batch), meta.dtype, meta.batch, spec, meta.precision)
+        predicted["ours"] = None if total is None else prediction_of(total)
+    predicted.pop("ours_uncalibrated", None)
+    return rec.model_copy(update={"predicted": predicted})
+
+
+def repredict(data: RunLike, spec: Any, model: str | None = None) -> ValidationRun:
+    """A copy of a validation run whose `ours` predictions are recomputed with the current cost model
+    and `spec`, and whose plan is re-derived from them as the planner would choose among the measured
+    tiles: each group's planned tile becomes its fused record of least predicted time, and the group
+    counts as fused when its predicted unfused/fused time at that tile reaches `fuse_min_speedup` (the
+    planner itself might pick an unmeasured tile; the measurements are unchanged)."""
+    run = as_run(data)
+    meta = run.meta
+    graph = results_graph("results", model or meta.model, meta.batch, {})
+    recs, planned = replan(_repredicted(rec, spec, meta, graph) for rec in run.records)
+    chosen: dict[str, Record] = {}  # each group's (first) planned fused record
+    for r in recs:
+        if r.group and r.planned and r.role != "unfused":
+            chosen.setdefault(r.group, r)
     tau = float(spec.eff(THRESHOLD_FIELD))
-    for g, info in out.get("groups", {}).items():
-        if g in chosen and len(chosen[g].get("tiles") or ()) == 1:
-            info["planned_tile"] = chosen[g]["tiles"][0]
+    groups = {}
+    for g, info in run.groups.items():
+        update: dict[str, Any] = {}
+        if g in chosen and len(chosen[g].tiles) == 1:
+            update["planned_tile"] = chosen[g].tiles[0]
         if (g, "group") in planned and (g, "unfused") in planned:
-            info["planner_fused"] = planned[(g, "unfused")] >= tau * planned[(g, "group")]
-    meta["models"] = [m for m in meta.get("models", ["ours", "paper"]) if m != "ours_uncalibrated"]
-    meta["calibrated"] = False
-    meta["repredicted"] = (f"`ours` predictions and fuse decisions recomputed by `fuseplanner validate --from-results "
-                           f"--repredict` with spec {spec.name} (fuse_min_speedup {tau:g}); measurements as recorded")
-    return out
+            update["planner_fused"] = planned[(g, "unfused")] >= tau * planned[(g, "group")]
+        groups[g] = info.model_copy(update=update)
+    note = (f"`ours` predictions and fuse decisions recomputed by `fuseplanner validate --from-results "
+            f"--repredict` with spec {spec.name} (fuse_min_speedup {tau:g}); measurements as recorded")
+    models = tuple(m for m in meta.models or ("ours", "paper") if m != "ours_uncalibrated")
+    meta = meta.model_copy(update={"models": models, "calibrated": False, "repredicted": note})
+    return run.model_copy(update={"meta": meta, "groups": groups, "records": tuple(recs)})
 
 
-def replan(records: Iterable[dict]) -> dict[tuple[str, str], float]:
-    """Move each group's `planned` mark to its fused record (role "group" or "tile") of least `ours`
-    predicted time, in place, and return `planned_times` of the result."""
-    records = list(records)
-    best: dict[str, dict] = {}
-    for rec in records:
-        ours = (rec.get("predicted") or {}).get("ours")
-        if rec.get("group") and rec["role"] in ("group", "tile") and ours and ours.get("feasible", True):
-            b = best.get(rec["group"])
-            if b is None or ours["time_s"] < b["predicted"]["ours"]["time_s"]:
-                best[rec["group"]] = rec
-    for rec in records:
-        if rec.get("group") in best and rec["role"] in ("group", "tile"):
-            rec["planned"] = rec is best[rec["group"]]
-    return planned_times(records)
+def replan(records: Iterable[RecordLike]) -> tuple[list[Record], dict[tuple[str, str], float]]:
+    """The records with each group's `planned` mark moved to its fused record (role "group" or
+    "tile") of least `ours` predicted time, and `planned_times` of the result."""
+    records = as_records(records)
+    best: dict[str, int] = {}
+    for i, rec in enumerate(records):
+        ours = rec.prediction("ours")
+        if rec.group and rec.role in ("group", "tile") and ours and ours.feasible:
+            b = best.get(rec.group)
+            if b is None or ours.time_s < records[b].predicted["ours"].time_s:
+                best[rec.group] = i
+    out = [rec.model_copy(update={"planned": i == best[rec.group]})
+           if rec.group in best and rec.role in ("group", "tile") else rec
+           for i, rec in enumerate(records)]  # fmt: skip
+    return out, planned_times(out)
 
 
-def planned_times(records: Iterable[dict]) -> dict[tuple[str, str], float]:
+def planned_times(records: Iterable[RecordLike]) -> dict[tuple[str, str], float]:
     """`ours` predicted time of each group's planned-tile record and of its unfused run, keyed
     (group, "group" | "unfused"): what a fuse decision compares."""
     out: dict[tuple[str, str], float] = {}
-    for rec in records:
-        ours = (rec.get("predicted") or {}).get("ours")
-        if rec.get("group") and ours and (rec["role"] == "unfused" or rec.get("planned")):
-            out.setdefault((rec["group"], "unfused" if rec["role"] == "unfused" else "group"), ours["time_s"])
+    for rec in as_records(records):
+        ours = rec.prediction("ours")
+        if rec.group and ours and (rec.role == "unfused" or rec.planned):
+            out.setdefault((rec.group, "unfused" if rec.role == "unfused" else "group"), ours.time_s)
     return out
 
 
@@ -419,11 +430,11 @@ def notes(fit: Fit, paths: Sequence[str | Path]) -> dict[str, str]:
     return {k: note for k in fit.values}
 
 
-def kernel_fit(spec: Any, fit: Fit, paths: Sequence[str | Path], meta: dict[str, Any]) -> KernelFit:
+def kernel_fit(spec: Any, fit: Fit, paths: Sequence[str | Path], meta: RunMeta) -> KernelFit:
     """`spec`'s kernel fit with `fit`'s values, as a fit of the GPU the records were measured on (`meta`:
-    a results file's ``meta``): named after it, with its driver, today's date and the record set. The
+    a run's metadata): named after it, with its driver, today's date and the record set. The
     values not fitted keep the spec's, with a note saying where they came from."""
-    versions = meta.get("versions") or {}
+    versions = meta.versions
     driver = ", ".join(f"{k} {versions[k]}" for k in ("driver", "cuda_runtime", "cupy") if k in versions)
     base = spec.fit
     sources = dict(base.sources)
@@ -433,7 +444,7 @@ def kernel_fit(spec: Any, fit: Fit, paths: Sequence[str | Path], meta: dict[str,
     return KernelFit.model_validate({
         **base.model_dump(), **fit.values, "borrowed": False, "sources": sources,
         "ci": {k: v for k, v in base.ci.items() if k not in fit.values},  # a refitted value's interval is stale
-        "source_gpu": str(meta.get("device_name") or meta.get("gpu") or spec.name), "driver": driver,
+        "source_gpu": str(meta.device_name or meta.gpu or spec.name), "driver": driver,
         "date": datetime.date.today().isoformat(), "records": ", ".join(str(p) for p in paths),
         "record_count": fit.n_time,
     })

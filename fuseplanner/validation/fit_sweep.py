@@ -26,6 +26,7 @@ from fuseplanner.core.errors import FusePlannerError
 from fuseplanner.hw.kernel_fit import KernelFit
 from fuseplanner.validation import fit as fit_mod
 from fuseplanner.validation.microbench import apply_measured
+from fuseplanner.validation.records import RunMeta
 
 #: Relative finite-difference step of the Jacobian (the cost model has kinks: occupancy, waves).
 DIFF_STEP = 0.02
@@ -156,7 +157,8 @@ def sweep_kernel_fit(spec, result: SweepFit, records: str, meta: dict) -> Kernel
     on (`meta`: ``device_name``, ``versions``, ``design``): its name, driver, today's date, the records
     file and count, a note per fitted value (`fit.kernel_fit` keeps the values not fitted)."""
     fit = result.as_fit()
-    own = fit_mod.kernel_fit(spec, fit, [records], meta)
+    run_meta = RunMeta(gpu=meta.get("gpu"), device_name=meta.get("device_name"), versions=meta.get("versions") or {})
+    own = fit_mod.kernel_fit(spec, fit, [records], run_meta)
     b, a = result.before, result.after
     note = (f"fuseplanner calibrate: fitted to the {meta.get('design', '')} micro-sweep ({result.n_time} measured "
             f"kernel sequences, {result.n_gma} with counters; {records}); median time APE {b['time']:.1f}% -> "

@@ -1,23 +1,13 @@
 """Accuracy statistics and plots from validation results (predicted versus measured).
 
-Input is the ``results.json`` document that `fuseplanner.validation.validate` writes (schema below); output is a
+Input is a `records.ValidationRun` (the typed records `fuseplanner.validation.validate` writes as
+``records.jsonl``; `records.read_run` also reads the older ``results.json``); output is a
 summary dict, ``report.md`` and PNG plots. Everything here is CPU-only and pure apart from file writes,
 so a report can be regenerated anywhere with `report_from_results`.
 
-Results document (``schema: fuseplanner.validation/1``)::
-
-    meta:    model, gpu, device_name, dtype, batch, precision, tiles, traffic_source ("ncu" or
-             "counter-free"), traffic_note, timing {warmup, repeat, statistic}, peaks {dram_Bps,
-             l2_Bps, flops}, models (prediction keys present, e.g. ["ours", "paper"]), command
-    groups:  {group id: {kind, nodes, planner_fused, planned_tile}}
-    records: one per measured kernel sequence:
-             id, role ("layer" | "group" | "tile" | "unfused" | "member" | "layer_tile"), group, kind, nodes,
-             tiles, planned,
-             launches, flops,
-             predicted {model: {gma_bytes, dram_bytes, time_s, ...}},
-             measured {time_cold_s, time_warm_s, gma_bytes, dram_bytes, dram_warm_bytes, ncu_time_s,
-                       traffic ("ncu" | "counter-free"), eff_dram_Bps},
-             check {rel_err, tol, ok}, error
+The record types (`RunMeta`, `GroupInfo`, `Record`, `Prediction`, `Measurement`, `Check`) and
+their file format are described in `fuseplanner.validation.records`. Functions taking a run or
+records also accept documents and record dicts of the older format (converted by `records.as_run`).
 
 Definitions: APE = |predicted - measured| / measured x 100; time is compared with the cold-L2 median
 (the cost model predicts a cold L2). A fuse decision agrees when the planner fused a group and the best
@@ -29,17 +19,32 @@ tile the planner gives it alone) and its ``layer_tile`` alternatives, judged the
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-SCHEMA = "fuseplanner.validation/1"
+from fuseplanner.core.ir import Tile
+from fuseplanner.validation.records import (
+    OLD_SCHEMA,
+    Check,
+    Measurement,
+    Prediction,
+    Record,
+    RecordLike,
+    RunLike,
+    ValidationRun,
+    as_records,
+    as_run,
+    read_run,
+    write_run,
+)
+
+SCHEMA = OLD_SCHEMA
+#: The records file `write_report` writes.
+RECORDS_FILE = "records.jsonl"
 #: Measured key compared with each predicted metric.
 MEASURED_KEY = {"gma": "gma_bytes", "dram": "dram_bytes", "time": "time_cold_s"}
 PREDICTED_KEY = {"gma": "gma_bytes", "dram": "dram_bytes", "time": "time_s"}
@@ -76,33 +81,35 @@ def error_summary(errors: Iterable[float | None]) -> dict[str, float | int | Non
     return {"n": int(vals.size), "median": float(np.median(vals)), "p90": float(np.percentile(vals, 90))}
 
 
-def measured_ok(rec: Mapping) -> bool:
+def measured_ok(rec: RecordLike) -> bool:
     """Whether a record ran and has measurements (no error)."""
-    return not rec.get("error") and bool(rec.get("measured"))
+    return as_records([rec])[0].ok
 
 
-def pairs(records: Sequence[Mapping], model: str, metric: str) -> list[tuple[float, float]]:
+def pairs(records: Sequence[RecordLike], model: str, metric: str) -> list[tuple[float, float]]:
     """(predicted, measured) for every measured record that has both numbers."""
     out = []
-    for r in records:
-        if not measured_ok(r):
+    for r in as_records(records):
+        pred = r.prediction(model)
+        if not r.ok or pred is None:
             continue
-        p = (r.get("predicted", {}).get(model) or {}).get(PREDICTED_KEY[metric])
-        m = r["measured"].get(MEASURED_KEY[metric])
+        p = getattr(pred, PREDICTED_KEY[metric])
+        m = getattr(r.measured, MEASURED_KEY[metric])
         if p is not None and m is not None and p > 0 and m > 0:
             out.append((float(p), float(m)))
     return out
 
 
-def model_errors(records: Sequence[Mapping], model: str, metric: str) -> dict[str, float | int | None]:
+def model_errors(records: Sequence[RecordLike], model: str, metric: str) -> dict[str, float | int | None]:
     """Error summary of one model on one metric ("gma", "dram", "time") over all records."""
     return error_summary(ape(p, m) for p, m in pairs(records, model, metric))
 
 
-def errors_by_kind(records: Sequence[Mapping], model: str, metric: str) -> dict[str, dict]:
+def errors_by_kind(records: Sequence[RecordLike], model: str, metric: str) -> dict[str, dict]:
     """Error summary per kernel kind (where a model is wrong, by kind)."""
-    kinds = sorted({r["kind"] for r in records})
-    return {k: model_errors([r for r in records if r["kind"] == k], model, metric) for k in kinds}
+    recs = as_records(records)
+    kinds = sorted({r.kind for r in recs})
+    return {k: model_errors([r for r in recs if r.kind == k], model, metric) for k in kinds}
 
 
 def _spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
@@ -114,35 +121,36 @@ def _spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
     return None if rho is None or not math.isfinite(rho) else float(rho)
 
 
-def _fused_records(records: Sequence[Mapping], group: str) -> list[Mapping]:
-    return [r for r in records if r.get("group") == group and r["role"] in ("group", "tile") and measured_ok(r)]
+def _fused_records(records: Sequence[Record], group: str) -> list[Record]:
+    return [r for r in records if r.group == group and r.role in ("group", "tile") and r.ok]
 
 
-def _layer_records(records: Sequence[Mapping], group: str) -> list[Mapping]:
-    return [r for r in records if r.get("group") == group and r["role"] in LAYER_ROLES and measured_ok(r)]
+def _layer_records(records: Sequence[Record], group: str) -> list[Record]:
+    return [r for r in records if r.group == group and r.role in LAYER_ROLES and r.ok]
 
 
-def _tile_records(records: Sequence[Mapping], group: str) -> list[Mapping]:
+def _tile_records(records: Sequence[Record], group: str) -> list[Record]:
     """The measured tiles of a fused group, or of a layer swept alone."""
     return _fused_records(records, group) or _layer_records(records, group)
 
 
-def rank_correlation(records: Sequence[Mapping]) -> dict[str, Any]:
+def rank_correlation(records: Sequence[RecordLike]) -> dict[str, Any]:
     """Spearman rho of predicted vs measured time across each group's (or swept layer's) tiles (>= 3).
 
     Ours ranks by predicted time; the paper model predicts no time, so it ranks by its GMA (how it
     chooses tiles).
     """
-    groups = sorted({r["group"] for r in records if r.get("group")})
+    records = as_records(records)
+    groups = sorted({r.group for r in records if r.group})
     per: dict[str, dict[str, float | int | None]] = {}
     for g in groups:
-        recs = [r for r in _tile_records(records, g) if r["measured"].get("time_cold_s")]
+        recs = [r for r in _tile_records(records, g) if r.cold_s]
         if len(recs) < 3:
             continue
-        meas = [r["measured"]["time_cold_s"] for r in recs]
+        meas = [r.cold_s for r in recs]
         entry: dict[str, float | int | None] = {"tiles": len(recs)}
         for model, key in (("ours", "time_s"), ("paper", "gma_bytes")):
-            pred = [(r["predicted"].get(model) or {}).get(key) for r in recs]
+            pred = [getattr(r.prediction(model), key, None) for r in recs]
             ok = [(p, m) for p, m in zip(pred, meas, strict=True) if p is not None]
             entry[model] = _spearman([p for p, _ in ok], [m for _, m in ok]) if len(ok) == len(recs) else None
         per[g] = entry
@@ -154,32 +162,33 @@ def rank_correlation(records: Sequence[Mapping]) -> dict[str, Any]:
     return {"groups": per, "median_ours": med("ours"), "median_paper": med("paper")}
 
 
-def decisions(results: Mapping) -> dict[str, Any]:
+def decisions(results: RunLike) -> dict[str, Any]:
     """Planner decisions (fuse or not, tile) against the measured best, per group and overall."""
-    records = results["records"]
+    run = as_run(results)
+    records = run.records
     per: dict[str, dict[str, Any]] = {}
-    for g, info in results.get("groups", {}).items():
+    for g, info in run.groups.items():
         fused = _fused_records(records, g)
-        unfused = [r for r in records if r.get("group") == g and r["role"] == "unfused" and measured_ok(r)]
+        unfused = [r for r in records if r.group == g and r.role == "unfused" and r.ok]
         if not fused or not unfused:
             continue
-        t_fused = min(r["measured"]["time_cold_s"] for r in fused)
-        t_unfused = unfused[0]["measured"]["time_cold_s"]
+        t_fused = min(r.cold_s for r in fused)
+        t_unfused = unfused[0].cold_s
         entry: dict[str, Any] = {
-            "planner_fused": bool(info.get("planner_fused", True)),
+            "planner_fused": info.planner_fused,
             "best_fused_s": t_fused,
             "unfused_s": t_unfused,
             "fusion_wins": t_fused < t_unfused,
         }
         entry["fuse_agrees"] = entry["planner_fused"] == entry["fusion_wins"]
-        planned = [r for r in fused if r.get("planned")]
+        planned = [r for r in fused if r.planned]
         if len(fused) >= 2 and planned:
-            t_planned = planned[0]["measured"]["time_cold_s"]
+            t_planned = planned[0].cold_s
             entry["planned_tile_s"] = t_planned
             entry["tile_is_best"] = t_planned <= t_fused
             entry["tile_agrees"] = t_planned <= TILE_SLACK * t_fused
         # what the plan's choice (fuse at the planned tile, or not) costs over the best measured option
-        chosen = (planned[0]["measured"]["time_cold_s"] if planned else t_fused) if entry["planner_fused"] else t_unfused
+        chosen = (planned[0].cold_s if planned else t_fused) if entry["planner_fused"] else t_unfused
         entry["chosen_s"], entry["best_s"] = chosen, min(t_fused, t_unfused)
         per[g] = entry
 
@@ -205,51 +214,54 @@ def _time_lost(entries: Iterable[Mapping]) -> float | None:
     return 100.0 * (chosen - best) / best if best else None
 
 
-def layer_tile_choices(records: Sequence[Mapping], model: str | None = None) -> dict[str, Any]:
+def layer_tile_choices(records: Sequence[RecordLike], model: str | None = None) -> dict[str, Any]:
     """For each layer swept alone (a ``layer`` or ``member`` record and its ``layer_tile`` alternatives): is the tile
     the planner gives it within `TILE_SLACK` of the best measured, and what it costs over that best. With
     `model` (e.g. ``"ours"`` after re-predicting the records with another spec), the chosen tile is instead
     the measured one that model predicts fastest: the choice that spec would make among the measured tiles."""
+    records = as_records(records)
     per: dict[str, dict[str, float | bool]] = {}
-    for g in sorted({r["group"] for r in records if r["role"] == "layer_tile" and r.get("group")}):
+    for g in sorted({r.group for r in records if r.role == "layer_tile" and r.group}):
         recs = _layer_records(records, g)
-        chosen = [r for r in recs if r["role"] != "layer_tile"]
+        chosen = [r for r in recs if r.role != "layer_tile"]
         if model is not None:
-            timed = [r for r in recs if ((r.get("predicted") or {}).get(model) or {}).get("time_s")]
-            chosen = [min(timed, key=lambda r: r["predicted"][model]["time_s"])] if timed else []
+            timed = [r for r in recs if getattr(r.prediction(model), "time_s", None)]
+            chosen = [min(timed, key=lambda r: r.predicted[model].time_s)] if timed else []
         if not chosen or len(recs) < 2:
             continue
-        t_chosen = chosen[0]["measured"]["time_cold_s"]
-        t_best = min(r["measured"]["time_cold_s"] for r in recs)
+        t_chosen = chosen[0].cold_s
+        t_best = min(r.cold_s for r in recs)
         per[g] = {"chosen_s": t_chosen, "best_s": t_best, "agrees": t_chosen <= TILE_SLACK * t_best}
     n = len(per)
     return {"layers": per, "n": n, "percent": 100.0 * sum(e["agrees"] for e in per.values()) / n if n else None,
             "time_lost_percent": _time_lost(per.values())}
 
 
-def occupancy(records: Sequence[Mapping]) -> dict[str, Any]:
+def occupancy(records: Sequence[RecordLike]) -> dict[str, Any]:
     """Blocks per SM the cost model assumed against those the compiled kernels allow (records that
     carry `measured.kernels`: registers, local memory and shared memory of every launch), per kernel
     kind, and our model's median predicted/measured time of the records whose launches all got at least
     the modelled blocks per SM against those where some got fewer."""
     per: dict[str, dict[str, Any]] = {}
     ratio: dict[str, list[float]] = {"as_modelled": [], "fewer": []}
-    for r in records:
-        ks = [k for k in (r.get("measured") or {}).get("kernels") or () if "model_blocks_per_sm" in k]
-        if not measured_ok(r) or not ks:
+    for r in as_records(records):
+        if not r.ok:
+            continue
+        ks = [k for k in r.measured.kernels or () if k.model_blocks_per_sm is not None]
+        if not ks:
             continue
         short = False
         for k in ks:
-            e = per.setdefault(k["kind"], {"n": 0, "fewer": 0, "spills": 0, "regs_ratio": []})
+            e = per.setdefault(k.kind, {"n": 0, "fewer": 0, "spills": 0, "regs_ratio": []})
             e["n"] += 1
-            e["regs_ratio"].append(k["regs"] / k["model_regs"])
-            if k["blocks_per_sm"] < k["model_blocks_per_sm"]:
+            e["regs_ratio"].append(k.regs / k.model_regs)
+            if k.blocks_per_sm < k.model_blocks_per_sm:
                 e["fewer"] += 1
                 short = True
-            e["spills"] += k.get("local_bytes", 0) > 0
-        t = ((r.get("predicted") or {}).get("ours") or {}).get("time_s")
-        if t and r["measured"].get("time_cold_s"):
-            ratio["fewer" if short else "as_modelled"].append(t / r["measured"]["time_cold_s"])
+            e["spills"] += k.local_bytes > 0
+        t = getattr(r.prediction("ours"), "time_s", None)
+        if t and r.cold_s:
+            ratio["fewer" if short else "as_modelled"].append(t / r.cold_s)
     for e in per.values():
         e["regs_ratio_median"] = float(np.median(e.pop("regs_ratio")))
     total = {key: sum(e[key] for e in per.values()) for key in ("n", "fewer", "spills")}
@@ -258,25 +270,27 @@ def occupancy(records: Sequence[Mapping]) -> dict[str, Any]:
             "records": {k: len(v) for k, v in ratio.items()}}
 
 
-def models_of(results: Mapping) -> list[str]:
+def models_of(results: RunLike) -> list[str]:
     """Prediction models present in the results, ours first."""
-    found: set[str] = set(results.get("meta", {}).get("models", ()))
-    for r in results["records"]:
-        found.update(r.get("predicted", {}))
+    run = as_run(results)
+    found: set[str] = set(run.meta.models)
+    for r in run.records:
+        found.update(r.predicted)
     order = {"ours": 0, "ours_uncalibrated": 1, "paper": 2}
     return sorted(found, key=lambda m: (order.get(m, 9), m))
 
 
-def summarize(results: Mapping) -> dict[str, Any]:
-    """All statistics of a results document: errors per model and metric, ranks, decisions, targets."""
-    records = results["records"]
+def summarize(results: RunLike) -> dict[str, Any]:
+    """All statistics of a run: errors per model and metric, ranks, decisions, targets."""
+    results = as_run(results)
+    records = results.records
     models = models_of(results)
     errors = {m: {metric: model_errors(records, m, metric) for metric in TARGETS} for m in models}
-    checks = [r["check"] for r in records if r.get("check")]
+    checks = [r.check for r in records if r.check]
     summary = {
         "records": len(records),
-        "failed": sum(1 for r in records if r.get("error")),
-        "correct": sum(1 for c in checks if c.get("ok")),
+        "failed": sum(1 for r in records if r.error),
+        "correct": sum(1 for c in checks if c.ok),
         "checked": len(checks),
         "models": models,
         "errors": errors,
@@ -343,7 +357,7 @@ def _log_axes(ax) -> None:
         axis.set_minor_formatter(NullFormatter())
 
 
-def _scatter_panel(ax, records: Sequence[Mapping], models: Sequence[str], metric: str, scale: float,
+def _scatter_panel(ax, records: Sequence[Record], models: Sequence[str], metric: str, scale: float,
                    unit: str, title: str) -> None:
     data = {m: pairs(records, m, metric) for m in models}
     vals = [v * scale for pts in data.values() for pair in pts for v in pair]
@@ -368,53 +382,55 @@ def _scatter_panel(ax, records: Sequence[Mapping], models: Sequence[str], metric
     ax.legend(fontsize=8, loc="upper left")
 
 
-def plot_traffic(results: Mapping, path: Path) -> Path:
+def plot_traffic(results: RunLike, path: Path) -> Path:
     """Predicted vs measured GMA (L2) and DRAM bytes, log-log with y = x and a ±10% band."""
+    run = as_run(results)
     fig, (ax1, ax2) = _figure(ncols=2)
-    models = [m for m in models_of(results) if m != "ours_uncalibrated"]
-    _scatter_panel(ax1, results["records"], models, "gma", 1e-6, "MB", "GMA: SM <-> L2 traffic")
-    _scatter_panel(ax2, results["records"], models, "dram", 1e-6, "MB", "DRAM traffic (cold L2)")
+    models = [m for m in models_of(run) if m != "ours_uncalibrated"]
+    _scatter_panel(ax1, run.records, models, "gma", 1e-6, "MB", "GMA: SM <-> L2 traffic")
+    _scatter_panel(ax2, run.records, models, "dram", 1e-6, "MB", "DRAM traffic (cold L2)")
     fig.savefig(path, dpi=110)
     return path
 
 
-def plot_time(results: Mapping, path: Path) -> Path:
+def plot_time(results: RunLike, path: Path) -> Path:
     """Predicted vs measured kernel time (cold L2 medians), log-log with y = x and a ±10% band."""
+    run = as_run(results)
     fig, (ax,) = _figure()
-    models = models_of(results)
-    _scatter_panel(ax, results["records"], models, "time", 1e6, "µs", "Kernel time (cold L2, median)")
+    models = models_of(run)
+    _scatter_panel(ax, run.records, models, "time", 1e6, "µs", "Kernel time (cold L2, median)")
     fig.savefig(path, dpi=110)
     return path
 
 
-def _traffic_bytes(rec: Mapping) -> tuple[float | None, str]:
-    m = rec["measured"].get("dram_bytes")
+def _traffic_bytes(rec: Record) -> tuple[float | None, str]:
+    m = rec.measured.dram_bytes
     if m:
         return m, "measured"
-    p = (rec.get("predicted", {}).get("ours") or {}).get("dram_bytes")
-    return p, "modelled"
+    return getattr(rec.prediction("ours"), "dram_bytes", None), "modelled"
 
 
-def plot_roofline(results: Mapping, path: Path) -> Path:
+def plot_roofline(results: RunLike, path: Path) -> Path:
     """Every kernel on a DRAM roofline: FLOPs per DRAM byte vs achieved FLOP/s (cold-L2 time)."""
+    run = as_run(results)
     fig, (ax,) = _figure(7.0, 5.0)
-    peaks = results.get("meta", {}).get("peaks", {})
+    peaks = run.meta.peaks
     pts: dict[str, list[tuple[float, float]]] = {}
     source = set()
-    for r in results["records"]:
-        if not measured_ok(r) or not r.get("flops") or not r["measured"].get("time_cold_s"):
+    for r in run.records:
+        if not r.ok or not r.flops or not r.cold_s:
             continue
         b, src = _traffic_bytes(r)
         if not b:
             continue
         source.add(src)
-        pts.setdefault(r["role"], []).append((r["flops"] / b, r["flops"] / r["measured"]["time_cold_s"]))
+        pts.setdefault(r.role, []).append((r.flops / b, r.flops / r.cold_s))
     allx = [p[0] for v in pts.values() for p in v] or [0.1, 100.0]
     lo, hi = min(allx) / 3, max(allx) * 3
     xs = np.geomspace(lo, hi, 100)
-    flops = peaks.get("flops")
+    flops = peaks.flops
     for key, style, label in (("dram_Bps", "k-", "DRAM"), ("l2_Bps", "k--", "L2")):
-        bw = peaks.get(key)
+        bw = getattr(peaks, key)
         if bw:
             ys = xs * bw if not flops else np.minimum(xs * bw, flops)
             ax.plot(xs, ys, style, lw=1, label=f"{label} {bw / 1e12:.2f} TB/s roof")
@@ -433,36 +449,37 @@ def plot_roofline(results: Mapping, path: Path) -> Path:
     return path
 
 
-def layer_rows(results: Mapping) -> list[dict[str, Any]]:
+def layer_rows(results: RunLike) -> list[dict[str, Any]]:
     """Per planned layer or fused group, in model order: label, unfused time and fused time (cold, s).
 
     Candidates the planner did not fuse are left out (the decision table covers them).
     """
+    run = as_run(results)
     rows = []
     by_group: dict[str, dict[str, Any]] = {}
-    rejected = {g for g, info in results.get("groups", {}).items() if not info.get("planner_fused", True)}
-    for r in results["records"]:
-        if not measured_ok(r) or r.get("group") in rejected:
+    rejected = {g for g, info in run.groups.items() if not info.planner_fused}
+    for r in run.records:
+        if not r.ok or r.group in rejected:
             continue
-        t = r["measured"].get("time_cold_s")
-        if r["role"] == "layer":
-            rows.append({"label": r["nodes"][0] if len(r["nodes"]) == 1 else r["id"], "kind": r["kind"],
+        t = r.cold_s
+        if r.role == "layer":
+            rows.append({"label": r.nodes[0] if len(r.nodes) == 1 else r.id, "kind": r.kind,
                          "unfused_s": t, "fused_s": None})
-        elif r["role"] in ("group", "unfused"):
-            g = by_group.get(r["group"])
+        elif r.role in ("group", "unfused"):
+            g = by_group.get(r.group)
             if g is None:
-                g = by_group[r["group"]] = {"label": f"{r['group']} {r['kind'] if r['role'] == 'group' else ''}",
-                                            "kind": r["kind"], "unfused_s": None, "fused_s": None}
+                g = by_group[r.group] = {"label": f"{r.group} {r.kind if r.role == 'group' else ''}",
+                                         "kind": r.kind, "unfused_s": None, "fused_s": None}
                 rows.append(g)
-            if r["role"] == "group":
-                g["fused_s"], g["kind"] = t, r["kind"]
-                g["label"] = f"{r['group']} {r['kind']}"
+            if r.role == "group":
+                g["fused_s"], g["kind"] = t, r.kind
+                g["label"] = f"{r.group} {r.kind}"
             else:
                 g["unfused_s"] = t
     return rows
 
 
-def plot_layers(results: Mapping, path: Path) -> Path:
+def plot_layers(results: RunLike, path: Path) -> Path:
     """Per-layer bars of measured (cold) time: unfused (layer by layer) beside fused (planned)."""
     rows = layer_rows(results)
     fig, (ax,) = _figure(max(6.0, 0.32 * len(rows) + 2), 4.5)
@@ -480,7 +497,7 @@ def plot_layers(results: Mapping, path: Path) -> Path:
     return path
 
 
-def write_plots(results: Mapping, out_dir: Path) -> list[Path]:
+def write_plots(results: RunLike, out_dir: Path) -> list[Path]:
     """Write every plot into `out_dir`; returns the paths (see `PLOTS`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     return [
@@ -535,33 +552,31 @@ def _target_lines(summary: Mapping) -> list[str]:
     return lines
 
 
-def _record_lines(records: Sequence[Mapping]) -> list[str]:
+def _record_lines(records: Sequence[Record]) -> list[str]:
     lines = ["| id | role | kind | nodes | tile(s) | pred. time ours (µs) | meas. cold / warm (µs) | "
              "pred. GMA ours / paper (MB) | meas. GMA (MB) | pred. DRAM (MB) | meas. DRAM (MB) | rel. err | note |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    none = Prediction()
     for r in records:
-        p = r.get("predicted", {})
-        ours, paper = p.get("ours") or {}, p.get("paper") or {}
-        m = r.get("measured") or {}
-        tiles = ", ".join(tile_str(t) for t in r.get("tiles", []))
-        chk = r.get("check") or {}
-        note = r.get("error") or ("" if chk.get("ok", True) else "WRONG RESULT")
+        ours, paper = r.prediction("ours") or none, r.prediction("paper") or none
+        m = r.measured or Measurement()
+        tiles = ", ".join(tile_str(t) for t in r.tiles)
+        chk = r.check or Check(ok=True)
+        note = r.error or ("" if chk.ok else "WRONG RESULT")
         lines.append(
-            f"| {r['id']} | {r['role']}{' *' if r.get('planned') else ''} | {r['kind']} | {' '.join(r['nodes'])} | "
-            f"{tiles} | {_num(ours.get('time_s'), 1e6)} | "
-            f"{_num(m.get('time_cold_s'), 1e6)} / {_num(m.get('time_warm_s'), 1e6)} | "
-            f"{_num(ours.get('gma_bytes'), 1e-6, '.3f')} / {_num(paper.get('gma_bytes'), 1e-6, '.3f')} | "
-            f"{_num(m.get('gma_bytes'), 1e-6, '.3f')} | {_num(ours.get('dram_bytes'), 1e-6, '.3f')} | "
-            f"{_num(m.get('dram_bytes'), 1e-6, '.3f')} | {_num(chk.get('rel_err'), 1, '.1e')} | {note} |"
+            f"| {r.id} | {r.role}{' *' if r.planned else ''} | {r.kind} | {' '.join(r.nodes)} | "
+            f"{tiles} | {_num(ours.time_s, 1e6)} | "
+            f"{_num(m.time_cold_s, 1e6)} / {_num(m.time_warm_s, 1e6)} | "
+            f"{_num(ours.gma_bytes, 1e-6, '.3f')} / {_num(paper.gma_bytes, 1e-6, '.3f')} | "
+            f"{_num(m.gma_bytes, 1e-6, '.3f')} | {_num(ours.dram_bytes, 1e-6, '.3f')} | "
+            f"{_num(m.dram_bytes, 1e-6, '.3f')} | {_num(chk.rel_err, 1, '.1e')} | {note} |"
         )
     return lines
 
 
-def tile_str(t: Mapping | None) -> str:
+def tile_str(t: Tile | None) -> str:
     """A recorded tile as THxTW/fTF/cTC/tTHREADS ("-" without one)."""
-    if not t:
-        return "-"
-    return f"{t.get('th')}x{t.get('tw')}/f{t.get('tf')}/c{t.get('tc')}/t{t.get('threads')}"
+    return "-" if t is None else str(t)
 
 
 def _decision_lines(summary: Mapping) -> list[str]:
@@ -619,24 +634,29 @@ def _occupancy_lines(summary: Mapping) -> list[str]:
     return lines
 
 
-def render_markdown(results: Mapping, summary: Mapping, plots: Sequence[Path]) -> str:
+def _q(v: Any) -> Any:
+    return "?" if v is None else v
+
+
+def render_markdown(results: RunLike, summary: Mapping, plots: Sequence[Path]) -> str:
     """The report as markdown: setup, targets, error statistics, decisions, every record, plots."""
-    meta = results.get("meta", {})
-    counter_free = meta.get("traffic_source") != "ncu"
+    run = as_run(results)
+    meta = run.meta
+    counter_free = meta.traffic_source != "ncu"
     lines = [
-        f"# Validation: {meta.get('model', '?')} on {meta.get('device_name') or meta.get('gpu', '?')}",
+        f"# Validation: {_q(meta.model)} on {meta.device_name or _q(meta.gpu)}",
         "",
-        f"- GPU spec `{meta.get('gpu', '?')}`, dtype {meta.get('dtype', '?')} (precision "
-        f"{meta.get('precision', '?')}), batch {meta.get('batch', '?')}, tiles {meta.get('tiles', '?')}.",
-        f"- Timing: CUDA events, {meta.get('timing', {}).get('statistic', 'median')} of "
-        f"{meta.get('timing', {}).get('repeat', '?')} runs after {meta.get('timing', {}).get('warmup', '?')} "
+        f"- GPU spec `{_q(meta.gpu)}`, dtype {_q(meta.dtype)} (precision "
+        f"{meta.precision}), batch {_q(meta.batch)}, tiles {_q(meta.tiles)}.",
+        f"- Timing: CUDA events, {meta.timing.statistic} of "
+        f"{_q(meta.timing.repeat)} runs after {_q(meta.timing.warmup)} "
         "warm-up runs; cold = L2 flushed before each run, warm = not flushed.",
-        f"- Traffic: {meta.get('traffic_source', '?')}. {meta.get('traffic_note', '')}".rstrip(),
+        f"- Traffic: {_q(meta.traffic_source)}. {meta.traffic_note}".rstrip(),
         f"- Records: {summary['records']} ({summary['failed']} failed to run); results correct against the "
         f"float64 reference: {summary['correct']} of {summary['checked']}.",
     ]
-    if meta.get("command"):
-        lines.append(f"- Command: `{meta['command']}`")
+    if meta.command:
+        lines.append(f"- Command: `{meta.command}`")
     if counter_free:
         lines += ["", "**Counter-free run**: no hardware traffic counters were read, so GMA and DRAM errors "
                   "cannot be computed; the roofline places kernels by *modelled* DRAM bytes over measured "
@@ -650,44 +670,30 @@ def render_markdown(results: Mapping, summary: Mapping, plots: Sequence[Path]) -
               "", "## Decisions", "", *_decision_lines(summary), *_occupancy_lines(summary),
               "", "## Plots", ""]
     lines += [f"![{p.stem}]({p.name})" for p in plots]
-    lines += ["", "## Every measurement (* = the planner's choice)", "", *_record_lines(results["records"]), ""]
+    lines += ["", "## Every measurement (* = the planner's choice)", "", *_record_lines(run.records), ""]
     return "\n".join(lines)
 
 
-def write_report(results: Mapping, out_dir: str | Path, source: str | Path | None = None) -> dict[str, Any]:
-    """Write ``results.json``, ``report.md`` and the PNG plots into `out_dir`; returns the summary.
-
-    `source`: the results file these results were read from; it is never overwritten (then
-    ``results.json`` is not written when it is that file)."""
+def write_report(results: RunLike, out_dir: str | Path, source: str | Path | None = None) -> dict[str, Any]:
+    """Write the records (`RECORDS_FILE`), ``report.md`` and the PNG plots into `out_dir`; returns the
+    summary. `source`: the file these results were read from; it is never overwritten."""
+    run = as_run(results)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    summary = summarize(results)
-    target = out / "results.json"
+    summary = summarize(run)
+    target = out / RECORDS_FILE
     if source is None or not (target.exists() and target.resolve() == Path(source).resolve()):
-        target.write_text(json.dumps({**results, "summary": summary}, indent=1, default=float))
-    plots = write_plots(results, out)
-    (out / "report.md").write_text(render_markdown(results, summary, plots))
+        write_run(run, target)
+    plots = write_plots(run, out)
+    (out / "report.md").write_text(render_markdown(run, summary, plots))
     return summary
 
 
-def load_results(path: str | Path) -> dict[str, Any]:
-    """Read a results document, gzip-compressed when its name ends in ``.gz`` (the curated records
-    in data/records are ``.json.gz``), checking its schema tag."""
-    from fuseplanner.core.errors import FusePlannerError
-
-    try:
-        raw = Path(path).read_bytes()
-        data = json.loads((gzip.decompress(raw) if str(path).endswith(".gz") else raw).decode())
-    # a bad gzip stream raises gzip.BadGzipFile (an OSError), EOFError when cut short, or zlib.error
-    except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FusePlannerError(f"cannot read results {path}: {exc}") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA or "records" not in data:
-        raise FusePlannerError(f"{path} is not a fuseplanner validation results file (schema {SCHEMA})")
-    return data
+def load_results(path: str | Path) -> ValidationRun:
+    """The run in a records file or an older results.json, plain or gzip-compressed (`records.read_run`)."""
+    return read_run(path)
 
 
-def report_from_results(results_json_path: str | Path, out_dir: str | Path) -> dict[str, Any]:
-    """Regenerate ``report.md``, plots and ``results.json`` in `out_dir` from a saved results file."""
-    data = load_results(results_json_path)
-    data.pop("summary", None)
-    return write_report(data, out_dir, source=results_json_path)
+def report_from_results(results_path: str | Path, out_dir: str | Path) -> dict[str, Any]:
+    """Regenerate the records file, ``report.md`` and plots in `out_dir` from a saved run."""
+    return write_report(read_run(results_path), out_dir, source=results_path)

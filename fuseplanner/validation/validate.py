@@ -43,6 +43,15 @@ from fuseplanner.core.kinds import LAYER_KINDS as TILED_KINDS
 from fuseplanner.kernels import tiles as tiles_mod
 from fuseplanner.validation import ncu as ncu_mod
 from fuseplanner.validation import report as report_mod
+from fuseplanner.validation.records import (
+    Check,
+    Measurement,
+    Prediction,
+    Record,
+    ValidationRun,
+    as_run,
+    prediction_of,
+)
 
 #: Relative-error tolerance of a result against the float64 reference, by (dtype, precision).
 TOLERANCE = {("fp32", "fp32"): 1e-5, ("fp32", "tf32"): 2e-3, ("fp16", "fp32"): 1e-2}
@@ -59,6 +68,14 @@ _MARKERS = (
     f'extern "C" __global__ void {ncu_mod.MARK_BEGIN}() {{}}\n'
     f'extern "C" __global__ void {ncu_mod.MARK_END}() {{}}\n'
 )
+
+
+@dataclass(frozen=True)
+class Validation:
+    """What `validate` returns: the typed run (as written to records.jsonl) and its statistics."""
+
+    run: ValidationRun
+    summary: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -292,20 +309,16 @@ def _overlap(gpu: Any) -> float:
     return float((gpu if hasattr(gpu, "eff") else named(gpu)).eff("launch_overlap_s"))
 
 
-def _as_prediction(total: Cost | None) -> dict[str, Any] | None:
-    if total is None:
-        return None
-    d = total.as_dict()
-    d.pop("kernels", None)
-    return d
+def _as_prediction(total: Cost | None) -> Prediction | None:
+    return None if total is None else prediction_of(total)
 
 
-def predict(item: Item, ctx: Context, model: str = "ours", gpu: Any = None) -> dict[str, Any] | None:
+def predict(item: Item, ctx: Context, model: str = "ours", gpu: Any = None) -> Prediction | None:
     """The cost model's prediction for the item's launches, summed; None when a step is infeasible."""
     return _as_prediction(steps_cost(item.steps, ctx.dtype, ctx.batch, gpu or ctx.gpu, ctx.precision, model))
 
 
-def predictions(item: Item, ctx: Context, ours: Cost | None = None) -> dict[str, dict | None]:
+def predictions(item: Item, ctx: Context, ours: Cost | None = None) -> dict[str, Prediction | None]:
     """Every model's prediction for the item; `ours` is its cost on `ctx.gpu` when the caller already
     has it (None: computed here)."""
     out = {"ours": _as_prediction(ours) if ours is not None else predict(item, ctx, "ours"),
@@ -531,38 +544,41 @@ def profile_items(items: Sequence[Item], ctx: Context, work_dir: Path, timeout_s
     return out
 
 
-def _apply_traffic(rec: dict, cold: ncu_mod.Traffic, warm: ncu_mod.Traffic) -> None:
-    m = rec["measured"]
+def _apply_traffic(rec: Record, cold: ncu_mod.Traffic, warm: ncu_mod.Traffic) -> Record:
+    """`rec` with the counters of its cold and warm profiles (unchanged when ncu saw no kernel)."""
     if not cold.kernels:
-        return
-    m.update({
+        return rec
+    m = {
         "gma_bytes": cold.gma_bytes, "gma_read_bytes": cold.gma_read_bytes, "gma_write_bytes": cold.gma_write_bytes,
         "dram_bytes": cold.dram_bytes, "dram_read_bytes": cold.dram_read_bytes,
         "dram_write_bytes": cold.dram_write_bytes, "ncu_time_s": cold.time_s, "ncu_kernels": cold.kernels,
         "gma_warm_bytes": warm.gma_bytes, "dram_warm_bytes": warm.dram_bytes, "traffic": "ncu",
-    })
-    if cold.kernels != rec["launches"]:
-        m["ncu_note"] = f"ncu profiled {cold.kernels} kernels for {rec['launches']} planned launches"
+    }
+    if cold.kernels != rec.launches:
+        m["ncu_note"] = f"ncu profiled {cold.kernels} kernels for {rec.launches} planned launches"
+    return rec.model_copy(update={"measured": rec.measured.model_copy(update=m)})
 
 
 # ---- records and the run ----------------------------------------------------------------------------
 
 
-def _record(item: Item, pred: dict, measured: dict, chk: dict | None, error: str | None) -> dict[str, Any]:
-    ours = pred.get("ours") or {}
+def _record(item: Item, pred: dict[str, Prediction | None], measured: dict, chk: dict | None,
+            error: str | None) -> Record:  # fmt: skip
+    ours = pred.get("ours") or Prediction()
     t = measured.get("time_cold_s")
     if t:
         measured.setdefault("traffic", "counter-free")
-        if ours.get("dram_bytes"):
-            measured["eff_dram_Bps"] = ours["dram_bytes"] / t
-        if ours.get("gma_bytes"):
-            measured["eff_gma_Bps"] = ours["gma_bytes"] / t
-    return {
-        "id": item.id, "role": item.role, "group": item.group, "kind": item.kind, "nodes": item.nodes,
-        "tiles": [s.tile.as_dict() for s in item.steps], "step_kinds": [s.kind for s in item.steps],
-        "planned": item.planned, "launches": len(item.steps), "residual": item.residual,
-        "flops": ours.get("flops"), "predicted": pred, "measured": measured, "check": chk, "error": error,
-    }
+        if ours.dram_bytes:
+            measured["eff_dram_Bps"] = ours.dram_bytes / t
+        if ours.gma_bytes:
+            measured["eff_gma_Bps"] = ours.gma_bytes / t
+    return Record(
+        id=item.id, role=item.role, group=item.group, kind=item.kind, nodes=tuple(item.nodes),
+        tiles=tuple(s.tile for s in item.steps), step_kinds=tuple(s.kind for s in item.steps),
+        planned=item.planned, launches=len(item.steps), residual=item.residual, flops=ours.flops,
+        predicted=pred, measured=Measurement.model_validate(measured) if measured else None,
+        check=Check.model_validate(chk) if chk else None, error=error,
+    )  # fmt: skip
 
 
 def _spec_number(spec: Any, *names: str) -> float | None:
@@ -625,7 +641,7 @@ def _ncu_mode(ncu: bool | str) -> str:
 def validate(graph: ModelGraph, gpu: Any, plan, *, tiles: str = "planned", dtype: str | None = None,
              batch: int | None = None, out_dir: str | Path | None = None, ncu: bool | str = "auto",
              progress: bool = True, repeat: int = REPEAT, warmup: int = WARMUP, seed: int = 0,
-             datasheet_gpu: Any = None, command: str = "", ncu_timeout_s: float = 600.0) -> dict[str, Any]:
+             datasheet_gpu: Any = None, command: str = "", ncu_timeout_s: float = 600.0) -> Validation:
     """Measure every planned layer and group of `plan` on the current GPU beside its predictions.
 
     tiles: "planned" (the plan's tiles and each group's unfused alternative), "sweep" (also
@@ -634,8 +650,8 @@ def validate(graph: ModelGraph, gpu: Any, plan, *, tiles: str = "planned", dtype
     required), False (counter-free) or "auto" (counters when Nsight Compute can read them);
     datasheet_gpu: the same GPU without measured overrides, to report accuracy before calibration;
     ncu_timeout_s: limit of each ncu pass (cold, warm); past it the run falls back to counter-free.
-    Writes results.json, report.md and PNG plots to `out_dir` when given; returns the results
-    document (with its summary). Raises DeviceError without a usable CUDA device.
+    Writes records.jsonl, report.md and PNG plots to `out_dir` when given; returns the typed run
+    and its summary. Raises DeviceError without a usable CUDA device.
     """
     from fuseplanner.kernels import require_device
 
@@ -657,9 +673,8 @@ def validate(graph: ModelGraph, gpu: Any, plan, *, tiles: str = "planned", dtype
             measured, chk, err = measure_item(cp, item, ctx, i, ours.kernels if ours is not None else ())
             records.append(_record(item, predictions(item, ctx, ours), measured, chk, err))
             bar.advance(task)
-    traffic_source, note = _traffic(items, records, ctx, mode, ncu_timeout_s)
-    results = {
-        "schema": report_mod.SCHEMA,
+    records, traffic_source, note = _traffic(items, records, ctx, mode, ncu_timeout_s)
+    results = as_run({
         "meta": {
             "model": graph.name, "gpu": getattr(gpu, "name", str(gpu)), "device_name": _device_name(cp),
             "dtype": ctx.dtype, "precision": ctx.precision, "batch": ctx.batch, "tiles": tiles,
@@ -672,37 +687,35 @@ def validate(graph: ModelGraph, gpu: Any, plan, *, tiles: str = "planned", dtype
         },
         "groups": groups,
         "records": records,
-    }
-    if out_dir is not None:
-        results["summary"] = report_mod.write_report(results, out_dir)
-    else:
-        results["summary"] = report_mod.summarize(results)
-    return results
+    })
+    summary = report_mod.summarize(results) if out_dir is None else report_mod.write_report(results, out_dir)
+    return Validation(results, summary)
 
 
-def _traffic(items: Sequence[Item], records: list[dict], ctx: Context, mode: str, timeout_s: float
-             ) -> tuple[str, str]:
-    """Add ncu counters to the records when possible; returns (source, note)."""
+def _traffic(items: Sequence[Item], records: list[Record], ctx: Context, mode: str, timeout_s: float
+             ) -> tuple[list[Record], str, str]:
+    """The records with ncu counters when possible, the traffic source and its note."""
     free = ("Counter-free: GMA and DRAM are not measured; eff_*_Bps = modelled bytes / measured cold time.")
     if mode == "off":
-        return "counter-free", free + " (ncu disabled)"
+        return records, "counter-free", free + " (ncu disabled)"
     import tempfile
 
-    runnable = [(it, r) for it, r in zip(items, records, strict=True) if not r["error"]]
+    runnable = [(i, it) for i, (it, r) in enumerate(zip(items, records, strict=True)) if not r.error]
     try:
         with tempfile.TemporaryDirectory(prefix="fuseplanner-validate-") as tmp:
-            traffic = profile_items([it for it, _ in runnable], ctx, Path(tmp), timeout_s)
+            traffic = profile_items([it for _, it in runnable], ctx, Path(tmp), timeout_s)
     except ncu_mod.CountersUnavailable as exc:
         if mode == "on":
             raise
-        return "counter-free", f"{free} ({exc})"
+        return records, "counter-free", f"{free} ({exc})"
     except DeviceError as exc:
         if mode == "on":
             raise
-        return "counter-free", f"{free} (ncu run failed: {exc})"
-    for (_, rec), cold, warm in zip(runnable, traffic["cold"], traffic["warm"], strict=True):
-        _apply_traffic(rec, cold, warm)
-    return "ncu", ("Nsight Compute counters: GMA = (lts__t_sectors_srcunit_tex_op_read + _write) x 32 B, "
+        return records, "counter-free", f"{free} (ncu run failed: {exc})"
+    records = list(records)
+    for (i, _), cold, warm in zip(runnable, traffic["cold"], traffic["warm"], strict=True):
+        records[i] = _apply_traffic(records[i], cold, warm)
+    return records, "ncu", ("Nsight Compute counters: GMA = (lts__t_sectors_srcunit_tex_op_read + _write) x 32 B, "
                    "DRAM = dram__bytes_read + dram__bytes_write, --cache-control all (cold); "
                    "warm values with --cache-control none.")
 

@@ -11,7 +11,7 @@ unfused time; the saving gap is in percentage points (predicted - measured).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -78,18 +78,46 @@ class WholeResult(BaseModel):
     unmatched_steps: list[str] = Field(default_factory=list, description="measured steps with no predicted step")
 
 
-def _steps(prediction: WholePlanPrediction, measured: Sequence) -> tuple[list[StepTiming], list[str]]:
-    """Measured stream-mode steps (records with label, kind, seconds) matched to predicted steps by label."""
+def owners(plan) -> dict[str, str]:
+    """Each ONNX node the plan covers -> the label of the predicted step that covers it (a layer's
+    epilogue runs as its own library step when the executor does not fuse it into the layer)."""
+    out: dict[str, str] = {}
+    for g in plan.groups:
+        out.update(dict.fromkeys(g.covers, "+".join(g.nodes)))
+    for lay in plan.layers:
+        out.update(dict.fromkeys(lay.covers, lay.node))
+    return out
+
+
+def _owner(label: str, by_label: dict, owner: Mapping[str, str]) -> str | None:
+    if label in by_label:
+        return label
+    for node in label.split("+"):  # a merged elementwise chain is labelled by its members
+        if owner.get(node) in by_label:
+            return owner[node]
+    return None
+
+
+def _steps(prediction: WholePlanPrediction, measured: Sequence,
+           owner: Mapping[str, str] | None = None) -> tuple[list[StepTiming], list[str]]:  # fmt: skip
+    """Measured stream-mode steps (records with label, kind, seconds) matched to predicted steps by label,
+    or through `owner` (`owners(plan)`) to the predicted step covering them; the measured seconds of
+    every step matched to one predicted step add up."""
     by_label = {s.label: s for s in prediction.planned.steps}
-    out, unmatched = [], []
+    seconds: dict[str, float] = {}
+    unmatched = []
     for m in measured:
-        p = by_label.get(m.label)
-        if p is None:
+        label = _owner(m.label, by_label, owner or {})
+        if label is None:
             if m.kind != "view":
                 unmatched.append(m.label)
             continue
-        err = p.time_s / m.seconds - 1 if p.time_s > 0 and m.seconds > 0 else None
-        out.append(StepTiming(label=m.label, kind=p.kind, measured_s=m.seconds, predicted_s=p.time_s, error=err))
+        seconds[label] = seconds.get(label, 0.0) + m.seconds
+    out = []
+    for label, sec in seconds.items():
+        p = by_label[label]
+        err = p.time_s / sec - 1 if p.time_s > 0 and sec > 0 else None
+        out.append(StepTiming(label=label, kind=p.kind, measured_s=sec, predicted_s=p.time_s, error=err))
     return out, unmatched
 
 
@@ -99,11 +127,11 @@ def _launches(w) -> int:
 
 def compare(graph_pred: WholePlanPrediction, isolated_pred: WholePlanPrediction, planned: Latency,
             unfused: Latency, step_times: Sequence, *, gpu: str, dtype: str, precision: str, batch: int,
-            device: str = "") -> WholeResult:  # fmt: skip
+            device: str = "", owner: Mapping[str, str] | None = None) -> WholeResult:  # fmt: skip
     """A `WholeResult` from predictions in the graph and isolated contexts and the measurements."""
     pp, pu = graph_pred.planned.time_s, graph_pred.unfused.time_s
     measured_saving = (unfused.median_s - planned.median_s) / unfused.median_s
-    steps, unmatched = _steps(graph_pred, step_times)
+    steps, unmatched = _steps(graph_pred, step_times, owner)
     errs = np.abs([s.error for s in steps if s.error is not None])
     return WholeResult(
         model=graph_pred.model, gpu=gpu, device=device, dtype=dtype, precision=precision, batch=batch,
@@ -181,7 +209,7 @@ def measure(model, spec, *, dtype: str = "fp32", precision: str = "fp32", batch:
     graph_pred = predict_whole(graph, spec, plan, "graph", unfused_plan=bare.plan)
     iso_pred = predict_whole(graph, spec, plan, "isolated", unfused_plan=bare.plan)
     return compare(graph_pred, iso_pred, _latency(rec_p), _latency(rec_u), times, gpu=spec.name, dtype=dtype,
-                   precision=precision, batch=plan.batch, device=_device_name())  # fmt: skip
+                   precision=precision, batch=plan.batch, device=_device_name(), owner=owners(plan))  # fmt: skip
 
 
 def _device_name() -> str:
