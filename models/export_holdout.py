@@ -11,6 +11,7 @@ so the files are small and fuseplanner plans from them (the executor seeds weigh
 from __future__ import annotations
 
 import argparse
+import gzip
 import sys
 from pathlib import Path
 
@@ -31,7 +32,7 @@ def build(m: HoldoutModel):
 
 
 def export(m: HoldoutModel, folder: Path) -> Path:
-    """Export one model, strip its weights, write NAME.struct.onnx; returns its path."""
+    """Export one model, strip its weights, write NAME.struct.onnx.gz (gzip-compressed); returns its path."""
     import onnx
     import torch
 
@@ -44,7 +45,8 @@ def export(m: HoldoutModel, folder: Path) -> Path:
         torch.onnx.export(build(m), (x,), str(full), opset_version=m.opset, input_names=["input"],
                           output_names=["logits"], **kwargs)
     out = m.path(folder)
-    out.write_bytes(structure_only(onnx.load(str(full)), location="__stripped__.bin").SerializeToString())
+    data = structure_only(onnx.load(str(full)), location="__stripped__.bin").SerializeToString()
+    out.write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
     full.unlink()
     return out
 

@@ -36,3 +36,29 @@ def test_exported_holdout_model_plans(m):
     assert g.ops()[0].in_shape[-1] == m.resolution
     p = fuseplanner.plan(g, gpu("h100"), workers=1)
     assert p.totals.planned.time_s > 0
+
+
+def test_gzip_model_loads_like_the_plain_file(tmp_path):
+    import gzip
+
+    from fuseplanner.frontend.load import load_model, resolve_model
+
+    plain = resolve_model("mobilenet_v2")
+    packed = tmp_path / "m.onnx.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    a, b = load_model(str(plain)), load_model(str(packed))
+    assert [op.name for op in a.ops()] == [op.name for op in b.ops()]
+    assert b.name == "m"
+
+
+def test_truncated_gzip_model_is_one_error_line(tmp_path, capsys):
+    import gzip
+
+    from fuseplanner.cli.main import main
+    from fuseplanner.frontend.load import resolve_model
+
+    bad = tmp_path / "m.onnx.gz"
+    bad.write_bytes(gzip.compress(resolve_model("mobilenet_v2").read_bytes())[:500])
+    assert main(["plan", str(bad), "--gpu", "h100"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "gzip" in err[0]

@@ -2,7 +2,7 @@
 
 `holdout_models()` reads the list as `HoldoutModel` records (each its exporter recipe);
 `HoldoutModel.path` is where `models/export_holdout.py` writes its structure-only ONNX file
-(`models/holdout/NAME.struct.onnx`), and `exported()` lists the entries whose file exists.
+(`models/holdout/NAME.struct.onnx.gz`, gzip-compressed), and `exported()` lists the entries whose file exists.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class HoldoutModel(BaseModel):
 
     def path(self, folder: Path | None = None) -> Path:
         """The exported structure-only file (default folder: the bundled models' `holdout/`)."""
-        return (folder or _models_dir() / "holdout") / f"{self.name}.struct.onnx"
+        return (folder or _models_dir() / "holdout") / f"{self.name}.struct.onnx.gz"
 
 
 def _models_dir() -> Path:

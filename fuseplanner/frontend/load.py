@@ -9,6 +9,7 @@ weights are never read, only their dims. Every failure is a `ModelError` with a 
 
 from __future__ import annotations
 
+import gzip
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -45,7 +46,7 @@ def bundled_models() -> list[str]:
 
 def _stem(path: Path) -> str:
     name = path.name
-    for suffix in (".onnx", ".struct"):
+    for suffix in (".gz", ".onnx", ".struct"):
         name = name.removesuffix(suffix)
     return name
 
@@ -82,6 +83,11 @@ def _parse(path: Path) -> onnx.ModelProto:
     data = path.read_bytes()
     if not data:
         raise ModelError(f"model file '{path}' is empty (0 bytes): re-export the model or check the copy")
+    if data[:2] == b"\x1f\x8b":  # a gzip-compressed model (e.g. model.onnx.gz)
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError):
+            raise ModelError(f"'{path}' is a truncated or corrupt gzip file: re-compress the model") from None
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)
