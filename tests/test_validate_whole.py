@@ -96,3 +96,20 @@ def test_cli_whole_needs_a_gpu(capsys):
         pass
     assert main(["validate", "mobilenet_v1", "--whole", "--gpu", "h100"]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_owners_cover_epilogue_nodes():
+    """MobileNetV1's stem conv (a library conv) absorbs its Clip (node "n4") into its op: the executor
+    runs that Clip as its own step, which belongs to the conv's predicted step."""
+    from fuseplanner.frontend.load import load_model
+    from fuseplanner.hw.spec import gpu
+    from fuseplanner.planning.search import plan
+    from fuseplanner.validation.whole import owners
+
+    g = load_model("mobilenet_v1")
+    p = plan(g, gpu("h100"))
+    own = owners(p, g)
+    stem = g.ops()[0]
+    assert stem.epilogue_nodes and all(own[n] == stem.name for n in stem.epilogue_nodes)
+    first = p.groups[0]
+    assert own[first.nodes[1]] == "+".join(first.nodes)

@@ -52,7 +52,8 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument("--whole", action="store_true",
                    help="run the whole model with the executor, planned and unfused, as CUDA-graph replays and per "
-                   "step in stream mode, and compare with the whole-inference prediction in the graph context; "
+                   "step (each step replayed alone in a CUDA graph), and compare with the whole-inference prediction in the "
+                   "graph context; "
                    "writes whole.json and whole.md to --out")
     p.add_argument("--context", choices=CONTEXTS, default="isolated",
                    help="with --whole: the execution context the plan's time objective decides in (default isolated)")

@@ -126,11 +126,12 @@ class CompiledModel:
 
         return device.call(self, inputs, graph=False)
 
-    def time_nodes(self, inputs=None, repeats: int = 20):
-        """Per-step times (CUDA events, stream mode, median of `repeats`): a list of `StepTime`."""
+    def time_nodes(self, inputs=None, repeats: int = 20, mode: str = "stream"):
+        """Per-step times (CUDA events, median of `repeats`; `mode` "stream" or "graph", see
+        `run.device.STEP_MODES`): a list of `StepTime`."""
         from fuseplanner.run import device
 
-        return device.time_nodes(self, inputs, repeats)
+        return device.time_nodes(self, inputs, repeats, mode)
 
     def bench(self, replays: int = 200, cold_l2: bool = False):
         """Latency of CUDA-graph replays (`BenchRecord`): warm L2, or with L2 flushed between replays."""

@@ -42,7 +42,7 @@ class BenchRecord:
 
 @dataclass(frozen=True)
 class StepTime:
-    """One step's median time in stream mode (CUDA events before and after it)."""
+    """One step's median time (`time_nodes`: stream mode or graph mode)."""
 
     label: str
     kind: str
@@ -115,31 +115,72 @@ def _random_inputs(model, seed: int = 0) -> dict:
             for s in model.program.inputs}  # fmt: skip
 
 
-def time_nodes(model, inputs=None, repeats: int = 20) -> list[StepTime]:
-    """Median time of every non-view step over `repeats` stream-mode inferences."""
+#: How a step is timed: "stream" (CUDA events around the step in a stream-mode inference: host launch
+#: time included when the host is slower than the kernel) or "graph" (the step alone captured `GRAPH_COPIES`
+#: times back to back in one CUDA graph, replayed: its time as a kernel among graph kernels).
+STEP_MODES = ("stream", "graph")
+GRAPH_COPIES = 10
+
+
+def time_nodes(model, inputs=None, repeats: int = 20, mode: str = "stream") -> list[StepTime]:
+    """Median time of every non-view step over `repeats` inferences (`mode`: see `STEP_MODES`)."""
     if not model.gpu:
         raise DeviceError("time_nodes needs a model compiled for the GPU (device='gpu')")
-    cp = model._xp
+    if mode not in STEP_MODES:
+        raise DeviceError(f"unknown step timing mode {mode!r}: use one of {', '.join(STEP_MODES)}")
     inputs = model._check(inputs if inputs is not None else _random_inputs(model))
-    stream = model._stream
     runners = [(s, fn) for s, fn in model._bound.runners if fn is not None]
-    samples: list[list[float]] = [[] for _ in runners]
-    with stream:
+    with model._stream:
         model._load(inputs)
         model._bound.run()
-        for _ in range(repeats):
-            events = [cp.cuda.Event() for _ in range(len(runners) + 1)]
-            events[0].record(stream)
-            for i, (_, fn) in enumerate(runners):
-                fn()
-                events[i + 1].record(stream)
-            events[-1].synchronize()
-            for i in range(len(runners)):
-                samples[i].append(cp.cuda.get_elapsed_time(events[i], events[i + 1]) * 1e-3)
+        seconds = (_stream_times if mode == "stream" else _graph_times)(model, runners, repeats)
     from fuseplanner.run.compiled import _step_info
 
     infos = [_step_info(s) for s, _ in runners]
-    return [StepTime(info.label, info.kind, info.op_type, float(np.median(t))) for info, t in zip(infos, samples, strict=True)]
+    return [StepTime(info.label, info.kind, info.op_type, t) for info, t in zip(infos, seconds, strict=True)]
+
+
+def _stream_times(model, runners, repeats: int) -> list[float]:
+    cp, stream = model._xp, model._stream
+    samples: list[list[float]] = [[] for _ in runners]
+    for _ in range(repeats):
+        events = [cp.cuda.Event() for _ in range(len(runners) + 1)]
+        events[0].record(stream)
+        for i, (_, fn) in enumerate(runners):
+            fn()
+            events[i + 1].record(stream)
+        events[-1].synchronize()
+        for i in range(len(runners)):
+            samples[i].append(cp.cuda.get_elapsed_time(events[i], events[i + 1]) * 1e-3)
+    return [float(np.median(t)) for t in samples]
+
+
+def _graph_times(model, runners, repeats: int) -> list[float]:
+    """Each step captured GRAPH_COPIES times in one graph (from the model's pool, as the model's own
+    capture), replayed `repeats` times after two warm-up replays; median replay / GRAPH_COPIES. A step
+    that writes over its own input computes on its previous output: the time, not the values, counts."""
+    cp, stream = model._xp, model._stream
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    out = []
+    for _, fn in runners:
+        with cp.cuda.using_allocator(model._pool.malloc):
+            stream.begin_capture()
+            try:
+                for _ in range(GRAPH_COPIES):
+                    fn()
+            finally:
+                graph = stream.end_capture()
+        times = []
+        for i in range(repeats + 2):
+            start.record(stream)
+            graph.launch(stream)
+            end.record(stream)
+            end.synchronize()
+            if i >= 2:
+                times.append(cp.cuda.get_elapsed_time(start, end) * 1e-3 / GRAPH_COPIES)
+        out.append(float(np.median(times)))
+        del graph
+    return out
 
 
 def bench(model, replays: int = 200, cold_l2: bool = False) -> BenchRecord:

@@ -1,10 +1,11 @@
 """Whole-model validation: the executor's measured latency against the whole-inference prediction.
 
 `measure(...)` (GPU) compiles a model planned and unfused with `fuseplanner.compile`, replays each as a
-CUDA graph (`bench`) and times the planned program's steps in stream mode (`time_nodes`). `compare`
+CUDA graph (`bench`) and times the planned program's steps (`time_nodes`, graph mode: each step
+replayed back to back in a CUDA graph of its own; stream mode adds the host's launch time). `compare`
 (pure) sets those measurements beside `fuseplanner.planning.whole.predict_whole` in the graph context
 (and the isolated context for reference): end-to-end latency of both, the plan's saving over no
-fusion, and each step's stream-mode time against its graph-context prediction. `to_markdown` renders
+fusion, and each step's measured time against its graph-context prediction. `to_markdown` renders
 results as tables. Errors are signed fractions, predicted / measured - 1; savings are fractions of the
 unfused time; the saving gap is in percentage points (predicted - measured).
 """
@@ -34,7 +35,7 @@ class Latency(BaseModel):
 
 
 class StepTiming(BaseModel):
-    """One executor step's stream-mode time beside its graph-context prediction."""
+    """One executor step's measured time (`WholeResult.step_mode`) beside its graph-context prediction."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -76,16 +77,19 @@ class WholeResult(BaseModel):
     step_error_median: float | None = None
     step_error_p90: float | None = None
     unmatched_steps: list[str] = Field(default_factory=list, description="measured steps with no predicted step")
+    step_mode: str = Field(default="stream", description="how steps were timed: run.device.STEP_MODES")
 
 
-def owners(plan) -> dict[str, str]:
-    """Each ONNX node the plan covers -> the label of the predicted step that covers it (a layer's
-    epilogue runs as its own library step when the executor does not fuse it into the layer)."""
+def owners(plan, graph) -> dict[str, str]:
+    """Each ONNX node the plan covers, its ops' epilogue nodes included -> the label of the predicted
+    step that covers it (the executor runs a library conv's epilogue as a step of its own)."""
+    ops = {op.name: op for op in graph.ops()}
     out: dict[str, str] = {}
-    for g in plan.groups:
-        out.update(dict.fromkeys(g.covers, "+".join(g.nodes)))
-    for lay in plan.layers:
-        out.update(dict.fromkeys(lay.covers, lay.node))
+    for covers, label in [*((g.covers, "+".join(g.nodes)) for g in plan.groups),
+                          *((lay.covers, lay.node) for lay in plan.layers)]:  # fmt: skip
+        for node in covers:
+            out[node] = label
+            out.update(dict.fromkeys(getattr(ops.get(node), "epilogue_nodes", ()), label))
     return out
 
 
@@ -127,7 +131,7 @@ def _launches(w) -> int:
 
 def compare(graph_pred: WholePlanPrediction, isolated_pred: WholePlanPrediction, planned: Latency,
             unfused: Latency, step_times: Sequence, *, gpu: str, dtype: str, precision: str, batch: int,
-            device: str = "", owner: Mapping[str, str] | None = None) -> WholeResult:  # fmt: skip
+            device: str = "", owner: Mapping[str, str] | None = None, step_mode: str = "stream") -> WholeResult:  # fmt: skip
     """A `WholeResult` from predictions in the graph and isolated contexts and the measurements."""
     pp, pu = graph_pred.planned.time_s, graph_pred.unfused.time_s
     measured_saving = (unfused.median_s - planned.median_s) / unfused.median_s
@@ -143,6 +147,7 @@ def compare(graph_pred: WholePlanPrediction, isolated_pred: WholePlanPrediction,
         isolated_saving=isolated_pred.saving, saving_gap_points=100 * (graph_pred.saving - measured_saving),
         steps=steps, step_error_median=float(np.median(errs)) if errs.size else None,
         step_error_p90=float(np.percentile(errs, 90)) if errs.size else None, unmatched_steps=unmatched,
+        step_mode=step_mode,
     )  # fmt: skip
 
 
@@ -166,12 +171,12 @@ def to_markdown(results: Sequence[WholeResult]) -> str:
     for r in results:
         lines.append(f"| {r.model} | {r.dtype}/{r.precision} | {r.batch} | {100 * r.measured_saving:.1f}% | "
                      f"{100 * r.predicted_saving:.1f}% | {r.saving_gap_points:+.1f} | {100 * r.isolated_saving:.1f}% |")
-    lines += ["", "## Per-step time, stream mode vs graph-context prediction (|error|)", "",
-              "| model | dtype | batch | steps | median | p90 | unmatched |", "|---|---|---|---|---|---|---|"]
+    lines += ["", "## Per-step time vs graph-context prediction (|error|)", "",
+              "| model | dtype | batch | timed | steps | median | p90 | unmatched |", "|---|---|---|---|---|---|---|---|"]
     for r in results:
         med = "n/a" if r.step_error_median is None else f"{100 * r.step_error_median:.1f}%"
         p90 = "n/a" if r.step_error_p90 is None else f"{100 * r.step_error_p90:.1f}%"
-        lines.append(f"| {r.model} | {r.dtype}/{r.precision} | {r.batch} | {len(r.steps)} | {med} | {p90} | "
+        lines.append(f"| {r.model} | {r.dtype}/{r.precision} | {r.batch} | {r.step_mode} | {len(r.steps)} | {med} | {p90} | "
                      f"{len(r.unmatched_steps)} |")
     return "\n".join(lines) + "\n"
 
@@ -190,7 +195,8 @@ def _latency(rec) -> Latency:
 
 
 def measure(model, spec, *, dtype: str = "fp32", precision: str = "fp32", batch: int | None = None,
-            replays: int = 200, context: str = "isolated", input_shapes=None) -> WholeResult:  # fmt: skip
+            replays: int = 200, context: str = "isolated", input_shapes=None,
+            step_mode: str = "graph") -> WholeResult:  # fmt: skip
     """(GPU) Compile `model` planned (the time objective decided in `context`) and unfused, bench both
     as CUDA-graph replays with a warm L2, time the planned steps in stream mode, and compare with the
     whole-inference predictions."""
@@ -205,11 +211,11 @@ def measure(model, spec, *, dtype: str = "fp32", precision: str = "fp32", batch:
     bare = fuseplanner.compile(model, spec, dtype=dtype, precision=precision, batch=batch, fuse=False,
                                input_shapes=input_shapes)  # fmt: skip
     rec_p, rec_u = fused.bench(replays=replays), bare.bench(replays=replays)
-    times = fused.time_nodes()
+    times = fused.time_nodes(mode=step_mode)
     graph_pred = predict_whole(graph, spec, plan, "graph", unfused_plan=bare.plan)
     iso_pred = predict_whole(graph, spec, plan, "isolated", unfused_plan=bare.plan)
     return compare(graph_pred, iso_pred, _latency(rec_p), _latency(rec_u), times, gpu=spec.name, dtype=dtype,
-                   precision=precision, batch=plan.batch, device=_device_name(), owner=owners(plan))  # fmt: skip
+                   precision=precision, batch=plan.batch, device=_device_name(), owner=owners(plan, graph), step_mode=step_mode)  # fmt: skip
 
 
 def _device_name() -> str:
