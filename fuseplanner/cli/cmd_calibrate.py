@@ -15,8 +15,9 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "calibrate",
         help="measure DRAM/L2 bandwidth, launch overhead and FP32/FP16 throughput of this GPU",
-        description="Measure this GPU (device-to-device copy, L2-resident reads, empty-kernel launches, FMA loops; "
-        "CUDA-event medians) and write a GPU spec TOML whose [measured] table the cost model prefers over "
+        description="Measure this GPU (device-to-device copy, L2-resident reads, empty-kernel launches, FMA loops, "
+        "CUDA graphs of back-to-back empty kernels, spin kernels and operator-library ops for the graph context's "
+        "launch interval, kernel tail and opaque-operator floor; CUDA-event medians) and write a GPU spec TOML whose [measured] table the cost model prefers over "
         "datasheet values. Use it with `--gpu PATH` in plan/validate; `fuseplanner validate --calibrate` "
         "reports accuracy before and after. Then (unless --no-sweep) it runs a built-in micro-sweep of fuseplanner's "
         "DW, PW, linear and fused kernels and fits every kernel parameter to it, each with a bootstrap interval, into "
@@ -70,7 +71,33 @@ def _table(cal, base) -> None:
         ratio = f"{m[key] / s:.2f}" if s else "-"
         t.add_row(label, f"{m[key] * scale:.3g} {unit}", "-" if s is None else f"{s * scale:.3g} {unit}", ratio)
     t.add_row("back-to-back launch interval", f"{cal.launch_interval_s * 1e6:.3g} us", "-", "-")
+    for label, key in (("graph launch interval", "graph_launch_interval_s"), ("graph kernel tail", "graph_kernel_tail_s"),
+                       ("opaque op floor (graph)", "opaque_op_floor_s")):
+        if key in m:
+            s = getattr(base, key, None)
+            mark = " (estimate)" if key in getattr(base, "estimated", ()) else ""
+            t.add_row(label, f"{m[key] * 1e6:.3g} us", "-" if s is None else f"{s * 1e6:.3g} us{mark}",
+                      f"{m[key] / s:.2f}" if s else "-")
     Console().print(t)
+
+
+def _library_ops(cp) -> list:
+    """The executor's operator-library kernels (fuseplanner.run.ops) for Add, Relu and GlobalAveragePool
+    on a small float32 tensor, bound to their arrays, for the graph probe's opaque-operator floor."""
+    from fuseplanner.run import ops
+    from fuseplanner.run.ops.node import Node
+    from fuseplanner.validation.graph_probe import OPAQUE_SHAPE, LibraryOp
+
+    shape, pooled = OPAQUE_SHAPE, OPAQUE_SHAPE[:2] + (1, 1)
+    x = cp.random.random(shape, dtype=cp.float32)
+    out = []
+    for op, n_in, out_shape in (("Add", 2, shape), ("Relu", 1, shape), ("GlobalAveragePool", 1, pooled)):
+        node = Node(name=f"probe_{op}", op_type=op, attrs={}, input_shapes=(shape,) * n_in,
+                    input_dtypes=("float32",) * n_in, output_shapes=(out_shape,), output_dtypes=("float32",),
+                    consts=(None,) * n_in)  # fmt: skip
+        kernel, y = ops.prepare(cp, node), cp.empty(out_shape, dtype=cp.float32)
+        out.append(LibraryOp(op, lambda k=kernel, y=y, n=n_in: k([x] * n, [y]), y))
+    return out
 
 
 def _from_results(args: argparse.Namespace) -> int:
@@ -185,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
     from fuseplanner.cli.cmd_validate import resolve_gpu
 
     base = resolve_gpu(args.gpu)
-    cal = calibrate(args.device)
+    cal = calibrate(args.device, library_ops=_library_ops)
     out = Path(args.out or f"{getattr(base, 'name', 'gpu')}_calibrated.toml")
     write_spec(out, base, cal)  # the facts first: a sweep that fails later leaves them written
     if not args.json:

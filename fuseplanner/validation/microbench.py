@@ -10,7 +10,9 @@ Each figure is a median over repeated CUDA-event-timed runs:
   under any single-kernel time measured the way `fuseplanner.validation.validate` times cold runs); the warm
   figure and the back-to-back launch interval of many empty kernels are reported beside it;
 - ``fp32_flops`` / ``fp16_flops``: independent FMA chains (fp32 ``fmaf``, fp16 ``__hfma2``), no tensor
-  cores, enough blocks to fill every SM.
+  cores, enough blocks to fill every SM;
+- the graph execution context's launch interval, kernel tail and opaque-operator floor: CUDA graphs of
+  back-to-back launches (`fuseplanner.validation.graph_probe`).
 
 CuPy is imported lazily; without a usable device the functions raise `DeviceError`.
 """
@@ -19,12 +21,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from fuseplanner.core.errors import DeviceError
+from fuseplanner.validation.graph_probe import GraphProbe, LibraryOp
 
 #: Our measurement name -> the GpuSpec field it overrides (see `fuseplanner.hw.spec`).
 SPEC_FIELDS = {
@@ -99,14 +102,16 @@ class Calibration:
     launch_interval_s: float
     fp32_flops: float
     fp16_flops: float
+    graph: GraphProbe | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def measured(self) -> dict[str, float]:
-        """The values that override a GPU spec, keyed by spec field name."""
+        """The values that override a GPU spec, keyed by spec field name (the graph terms when probed)."""
         d = self.as_dict()
-        return {field: float(d[name]) for name, field in SPEC_FIELDS.items()}
+        out = {field: float(d[name]) for name, field in SPEC_FIELDS.items()}
+        return {**out, **(self.graph.measured() if self.graph is not None else {})}
 
 
 def _module():
@@ -171,8 +176,12 @@ def measure_flops(cp, mod, sm_count: int, half: bool, repeat: int = 10) -> float
     return blocks * threads * iters * _CHAINS * per_fma / t
 
 
-def calibrate(device: int = 0) -> Calibration:
-    """Measure the GPU `device`; raises DeviceError without a usable CUDA device."""
+def calibrate(device: int = 0, library_ops: Callable[[Any], Sequence[LibraryOp]] | None = None) -> Calibration:
+    """Measure the GPU `device`; raises DeviceError without a usable CUDA device. `library_ops(cp)`
+    builds the operator-library ops whose graph spacing gives the opaque-operator floor
+    (`fuseplanner.validation.graph_probe.measure`; default: plain CuPy calls)."""
+    from fuseplanner.validation import graph_probe
+
     cp, mod = _module()
     try:
         with cp.cuda.Device(device):
@@ -191,6 +200,7 @@ def calibrate(device: int = 0) -> Calibration:
                 launch_interval_s=interval,
                 fp32_flops=measure_flops(cp, mod, sms, half=False),
                 fp16_flops=measure_flops(cp, mod, sms, half=True),
+                graph=graph_probe.measure(cp, library_ops),
             )
     except DeviceError:
         raise
@@ -224,7 +234,7 @@ def to_toml(base: Mapping[str, Any], measured: Mapping[str, float], notes: Mappi
 
     None values are left out (TOML has no null); nested mappings become tables (``[fit]``,
     ``[fit.sources]``). Each measured value's note goes into the ``[sources]`` table as
-    ``"measured.FIELD"``, the bundled specs' convention.
+    ``"measured.FIELD"``, the bundled specs' convention; a measured field leaves ``estimated``.
     """
     notes = dict(notes or {})
     device = notes.pop("device", "")
@@ -234,6 +244,8 @@ def to_toml(base: Mapping[str, Any], measured: Mapping[str, float], notes: Mappi
     tables = {k: dict(v) for k, v in base.items() if isinstance(v, Mapping)}
     if measured or "measured" in tables:
         body["measured"] = {**tables.get("measured", {}), **{k: float(v) for k, v in measured.items()}}
+        if "estimated" in body:
+            body["estimated"] = [f for f in body["estimated"] if f not in body["measured"]]
     if notes or "sources" in tables:
         body["sources"] = {**tables.get("sources", {}), **{f"measured.{k}": v for k, v in notes.items()}}
     return "\n".join(lines + _toml_table(body, ())) + "\n"
@@ -259,6 +271,7 @@ def measurement_notes(cal: Calibration) -> dict[str, str]:
         f"of 200 (warm {cal.launch_warm_s * 1e6:.2f} us; back-to-back launch interval {cal.launch_interval_s * 1e6:.2f} us)",
         "fp32_flops": "fuseplanner calibrate: 8 independent fmaf chains per thread, 16 blocks x 256 threads per SM",
         "fp16_flops": "fuseplanner calibrate: 8 independent __hfma2 chains per thread (no tensor cores)",
+        **(cal.graph.notes() if cal.graph is not None else {}),
         "device": cal.device_name,
     }
 
