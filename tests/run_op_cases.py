@@ -311,6 +311,10 @@ def _conv() -> list[Case]:
         Case("Conv", (x, R(6, 4, 3, 3), R(6)), {"pads": [1, 1, 1, 1]}, id="Conv-runtime-w"),
         Case("Conv", (R(1, 8, 7, 7), R(8, 1, 3, 3)), {"group": 8, "pads": [1, 1, 1, 1]}, id="Conv-dw-runtime-w"),
         Case("Conv", (R(1, 16, 14, 14), W(32, 16, 3, 3), W(32)), {"pads": [1, 1, 1, 1]}, id="Conv-deep"),
+        # 40 x 9 = 360 products per output: over _cuda.DIRECT_MAX_TERMS, so CuPy takes im2col + GEMM
+        Case("Conv", (R(1, 40, 9, 9), W(8, 40, 3, 3), W(8)), {"pads": [1, 1, 1, 1], "strides": [2, 2]},
+             id="Conv-deeper-gemm"),
+        Case("Conv", (R(2, 12, 9, 8), R(6, 4, 3, 3), R(6)), {"group": 3, "pads": [1, 2, 0, 1]}, id="Conv-group3-runtime-w"),
         Case("ConvTranspose", (x, W(4, 3, 3, 3), W(3)), {"strides": [2, 2], "pads": [1, 1, 1, 1],
                                                         "output_padding": [1, 1]}),
         Case("ConvTranspose", (x, W(4, 5, 4, 4)), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, id="ConvT-k4s2"),

@@ -5,7 +5,7 @@ CuPy elementwise/reduction kernels, and a CUDA kernel for 2-D depthwise Conv).
     kernel = prepare(xp, node)       # host work once: attributes, constants, index arrays uploaded
     kernel(inputs, outputs)          # writes the preallocated C-contiguous outputs; no host sync
 
-Ops with CuPy-only code: Conv (2-D depthwise: `_cuda.depthwise2d`), Erf and Gelu (cupyx.scipy.special.erf),
+Ops with CuPy-only code: Conv (2-D with short reductions: `_cuda.conv2d`), Erf and Gelu (cupyx.scipy.special.erf),
 and float16 MatMul/Gemm/Conv/ConvTranspose (cuBLAS accumulates in float32; NumPy upcasts).
 """
 

@@ -1,7 +1,8 @@
-"""Conv: im2col (one gather of the padded input) + a batched matmul per group on cuBLAS; 1x1 stride-1
-convs skip the gather; depthwise convs (one input channel per group) accumulate one strided slice per
-kernel tap in float32. Under CuPy, 2-D depthwise convs run as one elementwise CUDA kernel instead
-(`fuseplanner.run.ops._cuda.depthwise2d`) that computes the same float32 sum over taps.
+"""Conv: im2col (one gather of the padded input) + a batched matmul per group; 1x1 stride-1 convs skip
+the gather; depthwise convs (one input channel per group) accumulate one strided slice per kernel tap
+in float32. Under CuPy, 2-D convs whose output element sums at most `_cuda.DIRECT_MAX_TERMS` products
+(depthwise, stems, narrow groups) run as one elementwise CUDA kernel instead (`_cuda.conv2d`) that
+computes the same float32 sum without the padded copy, the gather and the GEMM launches.
 """
 
 from __future__ import annotations
@@ -43,13 +44,22 @@ def bias_getter(xp: Any, node: Node, shape: tuple[int, ...]):
     return lambda ins: ins[2].reshape(shape)
 
 
+def _direct(xp: Any, node: Node, win: Window, c: int, groups: int) -> bool:
+    """Whether CuPy runs this conv as `_cuda.conv2d` (2-D, float, a short reduction per output)."""
+    if is_numpy(xp) or len(win.kernel) != 2 or node.input_dtypes[0] not in ("float16", "float32"):
+        return False
+    from fuseplanner.run.ops._cuda import DIRECT_MAX_TERMS
+
+    return c // groups * len(win.taps) <= DIRECT_MAX_TERMS
+
+
 def _depthwise(xp: Any, node: Node, win: Window) -> Kernel:
     n, c = node.in_shape[:2]
     m = node.out_shape[1] // c
-    if not is_numpy(xp) and len(win.kernel) == 2 and node.input_dtypes[0] in ("float16", "float32"):
-        from fuseplanner.run.ops._cuda import depthwise2d
+    if _direct(xp, node, win, c, c):
+        from fuseplanner.run.ops._cuda import conv2d
 
-        return depthwise2d(xp, node, win)
+        return conv2d(xp, node, win, c)
     taps = win.taps
     weights = weight_getter(xp, node, (c, m, len(taps)) + (1,) * len(win.out), np.float32)
     bias = bias_getter(xp, node, (c, m) + (1,) * len(win.out))
@@ -89,6 +99,10 @@ def conv(xp: Any, node: Node) -> Kernel:
     win = conv_window(node, tuple(wshape[2:]))
     if groups == c and cg == 1 and groups > 1:
         return _depthwise(xp, node, win)
+    if _direct(xp, node, win, c, groups):
+        from fuseplanner.run.ops._cuda import conv2d
+
+        return conv2d(xp, node, win, groups)
     ntaps, npos = len(win.taps), int(np.prod(win.out))
     mg = mch // groups
     weights = weight_getter(xp, node, (groups, mg, cg * ntaps))
