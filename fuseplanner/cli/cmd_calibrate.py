@@ -38,6 +38,9 @@ def register(subparsers) -> None:
                    "measured on, when not the bundled model they name")
     p.add_argument("--quick", action="store_true", help="the quick micro-sweep (about a quarter of the launches, "
                    "fewer tiles and timed runs): about 2 minutes instead of about 10, wider intervals")
+    p.add_argument("--from-scratch", action="store_true",
+                   help="start the kernel fit from generic values (validation.sweep.SCRATCH_START) instead of the "
+                   "spec's own or borrowed fit, so that no fitted value of another run leaks in")
     p.add_argument("--no-sweep", action="store_true", help="measure the GPU facts only (no micro-sweep, no kernel fit)")
     p.add_argument("--ncu", action="store_true", help="read Nsight Compute L2 counters of the sweep too, to fit the "
                    "fused kernels' L2 weight fractions (slower; without it they are kept from the starting fit)")
@@ -165,6 +168,8 @@ def _sweep_fit(args: argparse.Namespace, start, records: list[dict], meta: dict,
     samples = sweep.records_to_samples(records)
     if not samples:
         raise FusePlannerError(f"{path}: no sweep record ran correctly: nothing to fit")
+    if args.from_scratch:
+        start = sweep.scratch(start)
     result = fit_sweep(start, samples, sweep.FIT_FIELDS, resamples=max(0, args.resamples))
     return result, sweep_kernel_fit(start, result, str(path), meta)
 

@@ -52,14 +52,15 @@ def _stem(path: Path) -> str:
 
 
 def resolve_model(name_or_path: str | os.PathLike) -> Path:
-    """A model path: an existing file as given, or a bundled fixture stem such as ``mobilenet_v2``."""
+    """A model path: an existing file as given, or a bundled fixture stem such as ``mobilenet_v2`` (or a
+    held-out model's name, `frontend.holdout`)."""
     path = Path(name_or_path)
     if path.exists():
         return path
     text = str(name_or_path)
     if os.sep not in text and "/" not in text:
         stem = text.removesuffix(".onnx")
-        for candidate in (f"{stem}.onnx", f"{stem}.struct.onnx"):
+        for candidate in (f"{stem}.onnx", f"{stem}.struct.onnx", f"holdout/{stem}.struct.onnx.gz"):
             bundled = bundled_dir() / candidate
             if bundled.is_file():
                 return bundled

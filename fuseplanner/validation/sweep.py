@@ -52,6 +52,30 @@ PROBE_START = {
     fit_mod.WINDOW_EPILOGUE_FIELD: 4.0, fit_mod.EPILOGUE_FIELD: 4.0, fit_mod.LOAD_WEIGHT_FIELD: 1.0,
 }  # fmt: skip
 
+#: Where `calibrate --from-scratch` starts every fitted parameter: a generic value for what each one is,
+#: taken from no GPU's fit. Per-warp FLOP rates: a quarter of a warp's peak (32 lanes x 2 FLOPs of an FMA
+#: per cycle = 64) for every kind and math mode; exponents halfway in (0, 1]; L2 fractions and load,
+#: epilogue and shared-memory weights 1 (no correction); 8 bytes per warp-cycle of loads; 4 issuing warps
+#: per SM (one per scheduler); fixed and overlap times 1 us; no fuse margin. The fit moves each by up to
+#: 1000x either way (`fit_sweep`).
+SCRATCH_START: dict[str, float] = {
+    **{n: 16.0 for n in FIT_FIELDS if "warp_flops_per_cycle" in n},
+    **{n: 0.5 for n in FIT_FIELDS if n.endswith("exponent")},
+    **{n: 1.0 for n in FIT_FIELDS if n.endswith(("_fraction", "_fraction_fp16", "_weight"))},
+    fit_mod.LOAD_FIELD: 8.0, fit_mod.SM_CAP_FIELD: 4.0, fit_mod.LBL_SM_CAP_FIELD: 4.0,
+    **dict.fromkeys(fit_mod.SECONDS_FIELDS, 1e-6), fit_mod.THRESHOLD_FIELD: 1.0,
+}  # fmt: skip
+
+
+def scratch(spec: Any) -> Any:
+    """`spec` with every fitted parameter at `SCRATCH_START` (its own or borrowed fit ignored)."""
+    from fuseplanner.validation.microbench import apply_measured
+
+    missing = [n for n in FIT_FIELDS if n not in SCRATCH_START]
+    if missing:
+        raise FusePlannerError(f"no scratch start for {', '.join(missing)}")
+    return apply_measured(spec, {n: SCRATCH_START[n] for n in FIT_FIELDS})
+
 
 @dataclass(frozen=True)
 class Config:
