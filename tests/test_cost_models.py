@@ -35,8 +35,8 @@ from fuseplanner.core.errors import PlanError
 from fuseplanner.core.ir import Cost, Tile
 from fuseplanner.cost import compulsory, estimate, estimate_op
 from fuseplanner.cost import model as cost_model
-from fuseplanner.cost.traffic import coresident_share, plane_windows_sectors
-from fuseplanner.cost.work import Work
+from fuseplanner.costbase.traffic import coresident_share, plane_windows_sectors
+from fuseplanner.costbase.work import Work
 from fuseplanner.hw.spec import GpuSpec, gpu
 
 #: The H100 with its fused-kernel weight-read factors (fp32 and fp16) pinned at 0.3 (the value of the hand arithmetic below), so

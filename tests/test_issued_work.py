@@ -1,4 +1,4 @@
-"""Issued GEMM work of the fused kernels (cost.fused.issued_per_block): what the busiest thread or warp
+"""Issued GEMM work of the fused kernels (kernels/families/fused/cost.py `issued_per_block`): what the busiest thread or warp
 of a block executes, with idle units, tensor-core padding and shared operand loads, by hand."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ from dataclasses import replace
 from opfactory import dw, pw
 
 from fuseplanner.core.ir import Tile
-from fuseplanner.cost import fused, model, time
+from fuseplanner.cost import model, time
 from fuseplanner.hw.spec import gpu
 from fuseplanner.kernels import tiles
+from fuseplanner.kernels.families.fused import cost as fused
 
 DW = dw(32, 7, 7, 3)  # 32 channels, 7 x 7 map, 3 x 3 kernel
 PW = pw(32, 16, 7, 7)

@@ -11,7 +11,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from fuseplanner.core.ir import Tile
-from fuseplanner.cost.requests import pw_write_sectors
+from fuseplanner.costbase.requests import pw_write_sectors
 from fuseplanner.kernels import tiles
 
 

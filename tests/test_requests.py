@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fuseplanner.core.ir import Tile
-from fuseplanner.cost.requests import tile_write_sectors, window_load_sectors
+from fuseplanner.costbase.requests import tile_write_sectors, window_load_sectors
 from fuseplanner.kernels import tiles
 
 

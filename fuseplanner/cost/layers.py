@@ -18,9 +18,9 @@ from __future__ import annotations
 import math
 
 from fuseplanner.core.ir import DTYPE_BYTES, ONNX_TO_DTYPE, Cost, Op
-from fuseplanner.cost.geometry import geom
 from fuseplanner.cost.time import mma_rate, stream_time
-from fuseplanner.cost.traffic import dram_write_bytes, sectors
+from fuseplanner.costbase.geometry import geom
+from fuseplanner.costbase.traffic import dram_write_bytes, sectors
 from fuseplanner.hw.spec import GpuSpec
 
 VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Shape", "Constant"})

@@ -58,7 +58,7 @@ chain = iters * latency / depth + memory + own compute
 from __future__ import annotations
 
 from fuseplanner.core.ir import math_mode
-from fuseplanner.cost.work import Work
+from fuseplanner.costbase.work import Work
 from fuseplanner.hw.spec import Hw
 
 

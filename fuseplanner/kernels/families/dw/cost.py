@@ -10,10 +10,10 @@ on CUDA cores in fp32 (fp16 storage is widened).
 from __future__ import annotations
 
 from fuseplanner.core.ir import Tile
-from fuseplanner.cost.geometry import Geom
-from fuseplanner.cost.requests import tile_write_sectors, window_load_sectors
-from fuseplanner.cost.traffic import sectors, span_union
-from fuseplanner.cost.work import (
+from fuseplanner.costbase.geometry import Geom
+from fuseplanner.costbase.requests import tile_write_sectors, window_load_sectors
+from fuseplanner.costbase.traffic import sectors, span_union
+from fuseplanner.costbase.work import (
     PARAM_BYTES,
     KernelModel,
     Work,

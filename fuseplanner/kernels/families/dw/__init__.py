@@ -31,7 +31,7 @@ def dw_row_stride(ops: Sequence[Op], tw: int, e: int) -> int:
 def dw_lbl_rows_per_item(tf: int, th: int, tw: int, threads: int) -> int:
     """Output rows one thread item of the layer-by-layer DW kernel covers (the V define of
     kernels/dw.cu): 4, 2 or 1, the most that divides th and splits the tile's items evenly over the
-    block's threads. The launcher (kernels.lbl) and the cost model (cost.dw) both read it here."""
+    block's threads. The launcher (`launch.py`) and the cost model (`cost.py`) both read it here."""
     return next((v for v in (4, 2) if th % v == 0 and (tf * (th // v) * tw) % threads == 0), 1)
 
 
@@ -82,14 +82,14 @@ class DwFamily:
         return self.output_rows(kind, tile)
 
     def cost_model(self, kind: str) -> type:
-        from fuseplanner.cost.dw import DwModel
+        from fuseplanner.kernels.families.dw.cost import DwModel
 
         return DwModel
 
     def preparer(self, kind: str) -> Callable:
-        from fuseplanner.kernels import lbl
+        from fuseplanner.kernels.families.dw.launch import prepare_dw
 
-        return lbl.prepare_dw
+        return prepare_dw
 
 
 DW = DwFamily()

@@ -10,10 +10,10 @@ sector-rounded per row segment. Products run on tensor cores for fp16 (and fp32 
 from __future__ import annotations
 
 from fuseplanner.core.ir import Op, Tile
-from fuseplanner.cost.geometry import Geom, geom
-from fuseplanner.cost.requests import pw_write_sectors
-from fuseplanner.cost.traffic import row_sectors, sectors
-from fuseplanner.cost.work import (
+from fuseplanner.costbase.geometry import Geom, geom
+from fuseplanner.costbase.requests import pw_write_sectors
+from fuseplanner.costbase.traffic import row_sectors, sectors
+from fuseplanner.costbase.work import (
     PARAM_BYTES,
     KernelModel,
     Work,
@@ -29,6 +29,7 @@ from fuseplanner.cost.work import (
     whole_bytes,
     whole_map_out_sectors,
 )
+from fuseplanner.hw.spec import Hw
 from fuseplanner.kernels import tiles
 
 
@@ -58,6 +59,19 @@ class PwModel(KernelModel):
         g, e = self.gs[0], self.e
         self.w_unique = pw_weight_unique(g, e)
         self.flops = 2.0 * g.macs
+
+    def issued(self, kind: str, ops: tuple, tile: Tile, dtype: str, precision: str, w: Work, ks: int, hw: Hw) -> Work:
+        """`w` with its blocks' issued work (`issued_per_block`) when the spec's load weight of its math
+        path is set (`pw_shared_load_weight` for exact fp32 on the CUDA cores, `pw_mma_load_weight` for
+        tensor cores) or its tile's outputs do not split evenly over its threads (the slots past the
+        tile count); else unchanged."""
+        load_w = ((hw.pw_mma_load_weight if uses_mma(ops[0], tile, dtype, precision) else hw.pw_shared_load_weight)
+                  if hw.pw_shared_load_weight or hw.pw_mma_load_weight else 0.0)
+        if load_w <= 0.0 and tile.tf * tile.th * tile.tw % tile.threads == 0:
+            return w  # both off (the bundled specs): no variant lookup on the planner's search path
+        # an uneven tile (tiles.UNEVEN_KINDS) always charges its issued work: its idle thread slots
+        # take issue time that its useful FLOPs over all its warps do not show
+        return w._replace(mma_issue=w.blocks * issued_per_block(ops[0], tile, dtype, precision, ks, load_w))
 
     def spatial(self, th: int, tw: int) -> tuple:
         g, e = self.gs[0], self.e

@@ -28,13 +28,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from fuseplanner.core.ir import Tile
-from fuseplanner.cost.dw import dw_weight_sectors, dw_weight_unique, halo
-from fuseplanner.cost.geometry import Geom
-from fuseplanner.cost.pw import input_unique, pw_weight_unique
-from fuseplanner.cost.requests import tile_write_sectors
-from fuseplanner.cost.traffic import plane_windows_sectors, row_sectors, sectors, span_total
-from fuseplanner.cost.work import (
+from fuseplanner.core.ir import Tile, math_mode
+from fuseplanner.core.kinds import DTYPE_BYTES
+from fuseplanner.costbase.geometry import Geom
+from fuseplanner.costbase.requests import tile_write_sectors
+from fuseplanner.costbase.traffic import plane_windows_sectors, row_sectors, sectors, span_total
+from fuseplanner.costbase.work import (
     PARAM_BYTES,
     KernelModel,
     Work,
@@ -50,7 +49,10 @@ from fuseplanner.cost.work import (
     window_sectors,
     window_unique,
 )
+from fuseplanner.hw.spec import Hw
 from fuseplanner.kernels import tiles
+from fuseplanner.kernels.families.dw.cost import dw_weight_sectors, dw_weight_unique, halo
+from fuseplanner.kernels.families.pw.cost import input_unique, pw_weight_unique
 
 
 def expansion_window(gp: Geom, gd: Geom, th: int, tw: int, e: int) -> tuple[float, float, int, int]:
@@ -80,6 +82,19 @@ class FusedModel(KernelModel):
         self.w_unique = sum(dw_weight_unique(g) if g.depthwise else pw_weight_unique(g, PARAM_BYTES) for g in self.gs)
         self.useful = 2.0 * sum(g.macs for g in self.gs)
         self._floored = False
+
+    def issued(self, kind: str, ops: tuple, tile: Tile, dtype: str, precision: str, w: Work, ks: int, hw: Hw) -> Work:
+        """`w` with the FLOPs its blocks issue on their critical path (`issued_per_block`: the GEMM work
+        split per thread or warp, tensor-core padding and idle units included, and the padded DW
+        stencil chunk; `epilogue_issue`: the element-wise epilogue at the spec's
+        `fused_epilogue_weight`; `window_epilogue_issue`: the expansion's window epilogue at the spec's
+        `fused_window_epilogue_weight`), which the time model charges at the fused warp rates (the
+        epilogues, on the CUDA cores, at the DW stencil's)."""
+        dw, pw = _issued(kind, ops, tile, DTYPE_BYTES[dtype], math_mode(dtype, precision), hw.fused_shared_load_weight,
+                         hw.fused_window_epilogue_weight)
+        n = w.blocks / ks
+        epi = epilogue_issue(kind, ops, tile, ks, hw.fused_epilogue_weight, hw.fused_shared_load_weight)
+        return w._replace(cuda_issue=(dw + epi) * n, mma_issue=pw * n)
 
     def bounded(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
         """`combine` with the output's write sectors at its bytes / 32 (`written`): a sector request
@@ -393,3 +408,9 @@ def _dw_issue(nch: int, tile: Tile, dw, load_w: float) -> float:
     rows = (v - 1) * dw.stride[0] + (kh - 1) * dw.dilation[0] + 1
     per_item = v * kh * kw + load_w * (rows * kw + kh * kw)
     return float(-(-items // tile.threads) * tile.threads * 2 * per_item)
+
+
+@lru_cache(maxsize=65536)
+def _issued(kind: str, ops: tuple, tile: Tile, e: int, prec: int, load_w: float, win_w: float) -> tuple[float, float]:
+    dw, pw = issued_per_block(kind, ops, tile, e, prec, load_w)
+    return dw + window_epilogue_issue(kind, ops, tile, e, prec, win_w), pw

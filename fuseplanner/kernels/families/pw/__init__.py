@@ -245,14 +245,14 @@ class PwFamily:
         return tile.threads  # its warp grid or register block follows its threads
 
     def cost_model(self, kind: str) -> type:
-        from fuseplanner.cost.pw import PwModel
+        from fuseplanner.kernels.families.pw.cost import PwModel
 
         return PwModel
 
     def preparer(self, kind: str) -> Callable:
-        from fuseplanner.kernels import lbl
+        from fuseplanner.kernels.families.pw import launch
 
-        return getattr(lbl, f"prepare_{kind}")
+        return getattr(launch, f"prepare_{kind}")
 
 
 PW = PwFamily()

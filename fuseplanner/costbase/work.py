@@ -20,8 +20,8 @@ import math
 from typing import Any, NamedTuple
 
 from fuseplanner.core.ir import Tile
-from fuseplanner.cost.geometry import Geom
-from fuseplanner.cost.traffic import (
+from fuseplanner.costbase.geometry import Geom
+from fuseplanner.costbase.traffic import (
     plane_windows_sectors,
     row_sectors,
     row_union_sectors,
@@ -95,6 +95,12 @@ class KernelModel:
     def l1_reuse(self, w: Work, tile: Tile, ks: int, cache: int, line: int) -> Work:
         """`w` with the reads that a block's L1 (`cache` bytes of `line`-byte lines) serves again across
         its own channel chunks moved from `gma_read` to `l1_hits`; unchanged by default."""
+        return w
+
+    def issued(self, kind: str, ops: tuple, tile: Tile, dtype: str, precision: str, w: Work, ks: int, hw: Any) -> Work:
+        """`w` with the FLOPs the launch's blocks issue on their critical path where the time model
+        charges them beyond the useful FLOPs (`cost.model.issued`; `hw`: the GPU's `hw.spec.Hw`);
+        unchanged by default."""
         return w
 
     #: Whether `bounded` gives a lower bound of the work (the tile search, `cost.best_tile`, then

@@ -308,15 +308,15 @@ class FusedFamily:
         return self.output_rows(kind, tile)
 
     def cost_model(self, kind: str) -> type:
-        from fuseplanner.cost import fused
+        from fuseplanner.kernels.families.fused import cost
 
-        return {"pw_dw": fused.PwDwModel, "dw_pw": fused.DwPwModel, "pw_pw": fused.PwPwModel,
-                "pw_dw_pw": fused.PwDwPwModel}[kind]
+        return {"pw_dw": cost.PwDwModel, "dw_pw": cost.DwPwModel, "pw_pw": cost.PwPwModel,
+                "pw_dw_pw": cost.PwDwPwModel}[kind]
 
     def preparer(self, kind: str) -> Callable:
-        from fuseplanner.kernels import fused
+        from fuseplanner.kernels.families.fused import launch
 
-        return getattr(fused, f"prepare_{kind}")
+        return getattr(launch, f"prepare_{kind}")
 
 
 FUSED = FusedFamily()
