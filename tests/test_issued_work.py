@@ -111,7 +111,7 @@ def test_fused_kinds_run_the_stencil_at_their_own_rate():
 
 
 def test_staged_epilogue_counts_each_threads_elements():
-    # dw_pw, 4 x 56 pixels x 128 filters on 256 threads (kernels/fused_dw_pw.cu: the accumulator tile goes
+    # dw_pw, 4 x 56 pixels x 128 filters on 256 threads (kernels/families/fused/fused_dw_pw.cu: the accumulator tile goes
     # through shared memory, then each thread stores every 256th element): 128 x 224 = 28,672 elements,
     # 112 a thread; at 4 FMA-equivalents an element: 112 x 4 x 256 threads x 2 = 229,376 FLOP-equivalents
     d, p = dw(64, 112, 112, 3, 2), pw(64, 128, 56, 56)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import fnmatch
 import importlib.resources
 import re
-from pathlib import Path
+import tomllib
+from pathlib import Path, PurePosixPath
 
 import pytest
 
@@ -58,6 +60,27 @@ def test_source_names_are_unique_across_folders():
     be in two folders."""
     names = [p.name for d in source_dirs() for p in d.iterdir() if p.suffix in (".cu", ".cuh")]
     assert len(names) == len(set(names)) and "common.cuh" in names and "fused_common.cuh" in names
+
+
+def test_every_kernel_source_ships_as_package_data():
+    """pyproject's package-data globs cover every .cu and .cuh the compiler may be given: a
+    non-editable install copies only the files they match."""
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    globs = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-data"]["fuseplanner"]
+    root = Path(str(importlib.resources.files("fuseplanner")))
+    shipped = []
+    for d in source_dirs():
+        for path in d.iterdir():
+            if path.suffix in (".cu", ".cuh"):
+                rel = PurePosixPath(path.relative_to(root).as_posix())
+                assert any(_glob_matches(rel, g) for g in globs), f"{rel} is not package data"
+                shipped.append(rel)
+    assert len(shipped) >= len({family(k).source(k)[0] for k in KERNEL_KINDS}) + 2  # + common.cuh, fused_common.cuh
+
+
+def _glob_matches(rel: PurePosixPath, glob: str) -> bool:
+    parts = PurePosixPath(glob).parts
+    return len(parts) == len(rel.parts) and all(fnmatch.fnmatchcase(a, b) for a, b in zip(rel.parts, parts, strict=True))
 
 
 def test_family_flags_match_the_tile_tables():

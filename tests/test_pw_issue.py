@@ -1,4 +1,4 @@
-"""Issued work of the layer-by-layer pw kernel (cost.pw.issued_per_block) by hand, and the two spec
+"""Issued work of the layer-by-layer pw kernel (kernels.families.pw.cost.issued_per_block) by hand, and the two spec
 fields that switch it on (`pw_shared_load_weight` for exact fp32, `pw_mma_load_weight` for tensor cores)
 and cap an SM (`sm_issue_warps`), both off by default."""
 

@@ -1,5 +1,5 @@
 """Warp-instruction sector counts of the kernels' item-by-item stores and window copies
-(`cost.requests`): hand-computed cases, and the class-and-period count against a lane-by-lane
+(`costbase.requests`): hand-computed cases, and the class-and-period count against a lane-by-lane
 reference over every block."""
 
 from __future__ import annotations

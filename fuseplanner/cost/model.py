@@ -15,7 +15,7 @@ from fuseplanner.costbase.traffic import coresident_share, dram_write_bytes, mis
 from fuseplanner.costbase.work import KernelModel, Work, cdiv, whole_bytes
 from fuseplanner.hw.spec import GpuSpec, Hw
 from fuseplanner.kernels import tiles
-from fuseplanner.kernels.family import family
+from fuseplanner.kernels.family import cost_model, family
 
 #: Cluster size from which a launch can use only the spec's `cluster_sms` SMs (measured on a GH100 with
 #: benchmarks/probe_placement.py: clusters of 2 used all 132 SMs, clusters of 4 and 8 at most 120-124).
@@ -42,7 +42,7 @@ def context(kind: str, ops: tuple[Op, ...], dtype: str) -> KernelModel:
     for a, b in zip(gs, gs[1:], strict=False):
         if a.co != b.c:
             raise PlanError(f"ops of a {kind} group do not chain: {a.co} output channels feed {b.c} inputs")
-    return family(kind).cost_model(kind)(gs, DTYPE_BYTES[dtype])
+    return cost_model(kind)(gs, DTYPE_BYTES[dtype])
 
 
 _LAST: list = [None, None]  # one-entry identity cache in front of `context` (same group, many tiles)
@@ -188,24 +188,6 @@ def issued(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, precision: st
     return _model(kind, ops, dtype).issued(kind, ops, tile, dtype, precision, w, ks, hw)
 
 
-#: Fused kinds whose filter tiles' re-reads of an input window L2 does not merge: Nsight Compute on the
-#: H100 shows PW->DW and DW->PW launches of 8-64 blocks (2 spatial tiles, 4-8 filter tiles) reading their
-#: windows once per filter tile, where `coalesced` merges 4 readers 2 blocks apart into one; the
-#: layer-by-layer PW, pw_pw and pw_dw_pw inputs merge as it says (records in data/records/h100).
-#: Why these two kinds differ is not known: their windows are halo windows copied per
-#: channel chunk with 4-byte copies, the others' 16-byte tiles or one staged window.
-UNMERGED_INPUT_KINDS = frozenset({"pw_dw", "dw_pw"})
-
-
-#: Kinds whose co-resident window sharing (`traffic.coresident_share`) is limited to the launch's first
-#: wave: Nsight Compute on the H100 shows layer-by-layer PW launches of 1.5-7 waves reading 0.9-1.1 of
-#: their windows per filter tile from L2, where the whole-launch share gave 0.2-0.55. The fused kinds'
-#: multi-wave launches keep the whole-launch share: limited to the first wave it moved their records
-#: both ways (MobileNetV1 fp16 batch 4 DW->PW launches of 1,024-14,336 blocks, predicted / measured GMA
-#: 0.89 -> 1.45 for some, 0.36 -> 0.96 for others; data/records/h100/holdout).
-FIRST_WAVE_KINDS = frozenset({"pw", "linear"})
-
-
 def _shared_weights(w: Work, bps: int, hw: Hw) -> Work:
     """`w` with the weights every block reads (`w_all_l2`) fetched once per SM for the blocks that
     run on it together: min(`bps`, blocks / SMs) blocks of an SM start together and copy the same
@@ -227,14 +209,17 @@ def coresident(w: Work, bps: int, ks: int, hw: Hw, kind: str) -> Work:
     blocks of one SM share through L1 (`traffic.coresident_share`) or whose reads L2 merges
     (`coalesced`: the filter tiles of a spatial tile are `nsp` blocks apart). Every copy goes through
     L1 (kernels/common.cuh). Not for cluster launches (`ks` > 1), which the scheduler places per GPU
-    processing cluster. L2 merges none of the re-reads of a `kind` in `UNMERGED_INPUT_KINDS`."""
+    processing cluster. L2 merges none of the re-reads of a kind whose model says so
+    (`KernelModel.MERGED_INPUT_REREADS`), and a model may limit the sharing to the launch's first wave
+    (`KernelModel.FIRST_WAVE_SHARING`)."""
     if ks > 1:
         return w
     w = _shared_weights(w, bps, hw)
     if not w.in_read:
         return w
-    share = coresident_share(w.nsp, w.nf, hw.sm_count, bps, w.blocks if kind in FIRST_WAVE_KINDS else 0)
-    if kind not in UNMERGED_INPUT_KINDS:
+    model = cost_model(kind)
+    share = coresident_share(w.nsp, w.nf, hw.sm_count, bps, w.blocks if model.FIRST_WAVE_SHARING else 0)
+    if model.MERGED_INPUT_REREADS:
         share *= coalesced(w.nf, w.nsp, w.blocks, 1, hw)
     saved = w.in_read * (1.0 - max(share, 1.0 / max(w.nf, 1)))
     if saved <= 0.0:

@@ -32,7 +32,7 @@ from fuseplanner.costbase.traffic import (
 #: Bytes per element of the parameters that every kernel keeps in fp32 whatever the storage dtype:
 #: biases (all kernels), and the weights of the dw kernel and of every fused kernel (their products
 #: accumulate in fp32 from fp32 weights; only the pw/linear kernel stores weights in the storage dtype,
-#: as mma operands). See kernels/*.cu: `const float* w...`.
+#: as mma operands). See the kernel sources (kernels/families/*/*.cu): `const float* w...`.
 PARAM_BYTES = 4
 
 
@@ -68,6 +68,16 @@ class Work(NamedTuple):
 
 class KernelModel:
     """Traffic and work of one kernel kind over one group of ops, for any tile and batch."""
+
+    #: Whether L2 merges the filter tiles' re-reads of an input window as `cost.model.coalesced` says
+    #: (`cost.model.coresident`).
+    MERGED_INPUT_REREADS = True
+    #: Whether co-resident blocks share their input windows (`traffic.coresident_share`) only within the
+    #: launch's first wave, not over the whole launch.
+    FIRST_WAVE_SHARING = False
+    #: Whether the time model caps the SM's issue rate (`cost.time.warp_rates`: the spec's
+    #: `sm_issue_warps`, or `fused_sm_issue_warps` for a fused kind).
+    ISSUE_CAPPED = True
 
     def __init__(self, gs: tuple[Geom, ...], e: int) -> None:
         self.gs, self.e = gs, e

@@ -13,6 +13,7 @@ needs a per-family entry.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -81,7 +82,7 @@ class KernelFamily(Protocol):
         ...
 
     def cost_model(self, kind: str) -> type:
-        """The `cost.work.KernelModel` subclass of `kind`."""
+        """The `costbase.work.KernelModel` subclass of `kind`."""
         ...
 
     def preparer(self, kind: str) -> Callable:
@@ -105,3 +106,10 @@ def family(kind: str) -> KernelFamily:
 def kinds_where(flag: Callable[[KernelFamily, str], bool]) -> tuple[str, ...]:
     """The kernel kinds (in `KERNEL_KINDS` order) whose family and kind satisfy `flag`."""
     return tuple(k for k in KERNEL_KINDS if flag(_BY_KIND[k], k))
+
+
+@functools.cache
+def cost_model(kind: str) -> type:
+    """The `costbase.work.KernelModel` subclass of kernel kind `kind` (its family's `cost_model`),
+    looked up once (PlanError for an unknown kind)."""
+    return family(kind).cost_model(kind)

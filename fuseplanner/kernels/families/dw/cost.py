@@ -55,6 +55,8 @@ def input_planes(g: Geom, tf: int) -> int:
 
 
 class DwModel(KernelModel):
+    ISSUE_CAPPED = False  # the spec's SM issue cap is the pw/linear kernel's and the fused kernels'
+
     def setup(self) -> None:
         g = self.gs[0]
         self.w_unique = dw_weight_unique(g)
@@ -124,7 +126,7 @@ class DwModel(KernelModel):
         return g.c * rows * cols * e / 32.0
 
     def window_reads(self, tile: Tile) -> float:
-        """Read sectors of one image's input as kernels/dw.cu stages the halo windows
+        """Read sectors of one image's input as dw.cu stages the halo windows
         (`requests.window_load_sectors`, in the vectors of `tiles.dw_vector_elems`)."""
         g, e = self.gs[0], self.e
         hh, ww = halo(g, tile.th, tile.tw)

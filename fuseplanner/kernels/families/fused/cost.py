@@ -151,6 +151,14 @@ class FusedModel(KernelModel):
 
 
 class PwDwModel(FusedModel):
+    #: L2 does not merge the filter tiles' re-reads of an input window: Nsight Compute on the H100
+    #: shows PW->DW and DW->PW launches of 8-64 blocks (2 spatial tiles, 4-8 filter tiles) reading
+    #: their windows once per filter tile, where `coalesced` merges 4 readers 2 blocks apart into one;
+    #: the layer-by-layer PW, pw_pw and pw_dw_pw inputs merge as it says (records in
+    #: data/records/h100). Why these two kinds differ is not known: their windows are halo windows
+    #: copied per channel chunk with 4-byte copies, the others' 16-byte tiles or one staged window.
+    MERGED_INPUT_REREADS = False
+
     def spatial(self, th: int, tw: int) -> tuple:
         gp, gd = self.gs
         in_plane, in_req, rows, cols = expansion_window(gp, gd, th, tw, self.e)
@@ -203,6 +211,8 @@ def _rup(a: int, b: int) -> int:
 
 
 class DwPwModel(FusedModel):
+    MERGED_INPUT_REREADS = False  # as PwDwModel's halo windows
+
     def spatial(self, th: int, tw: int) -> tuple:
         gd, gp = self.gs
         e = self.e
@@ -297,7 +307,7 @@ class PwDwPwModel(FusedModel):
 
 @lru_cache(maxsize=16384)
 def _gemm_issue(g: tiles.BlockGemm, threads: int, prec: int, load_w: float) -> float:
-    """FLOP-equivalents a block of `threads` spends on one block GEMM `g` (kernels/fused_common.cuh) as
+    """FLOP-equivalents a block of `threads` spends on one block GEMM `g` (fused_common.cuh) as
     its busiest unit executes it, times the units: a unit (a thread for exact fp32, a warp for tensor
     cores) runs ceil(groups / units) micro-tiles of the work split the launcher picks, each k step
     costing its FMAs (or mma instructions) plus `load_w` (the spec's `fused_shared_load_weight`) per
@@ -323,7 +333,7 @@ def _unit_split(g: tiles.BlockGemm, threads: int, prec: int) -> tuple[int, int, 
 
 def issued_per_block(kind: str, ops: tuple, tile: Tile, e: int, prec: int, load_w: float) -> tuple[float, float]:
     """(DW FLOPs, PW FLOP-equivalents) one block of a fused kernel (no cluster split) issues on its
-    critical path over all its channel chunks (kernels/fused_*.cu): each chunk's block GEMMs
+    critical path over all its channel chunks (fused_*.cu): each chunk's block GEMMs
     (`tiles.block_gemms`) by `_gemm_issue`, the DW stencil by `_dw_issue` over the chunk's tc channels
     (dw_pw, pw_dw_pw; tf channels once for pw_dw).
     `prec`: 0 exact fp32, 1 TF32, 2 fp16; `load_w`: FMA-equivalents of one shared operand load."""
@@ -339,7 +349,7 @@ def issued_per_block(kind: str, ops: tuple, tile: Tile, e: int, prec: int, load_
 
 
 #: Fused kinds whose blocks end in a staged epilogue: the accumulator tile goes to shared memory and the
-#: threads then store it element by element with bias, activation and residual (kernels/fused_dw_pw.cu,
+#: threads then store it element by element with bias, activation and residual (fused_dw_pw.cu,
 #: fused_pw_dw_pw.cu, fused_pw_pw.cu). pw_dw stores each DW output from registers as it computes it.
 STAGED_EPILOGUE_KINDS = frozenset({"dw_pw", "pw_dw_pw", "pw_pw"})
 
@@ -352,7 +362,7 @@ def epilogue_issue(kind: str, ops: tuple, tile: Tile, ks: int, epi_w: float, loa
     memory, index arithmetic, bias, activation, residual, a global store) plus, in a cluster split,
     `load_w` for each of the other ks - 1 blocks' partial sums it reads over distributed shared
     memory. pw_pw also stages its first PW element by element in every chunk (bias, ACT1: tc x th x tw
-    rounded up to the GEMM's 16 x 8 tiles, kernels/fused_pw_pw.cu), at the same weight."""
+    rounded up to the GEMM's 16 x 8 tiles, fused_pw_pw.cu), at the same weight."""
     if kind not in STAGED_EPILOGUE_KINDS or not epi_w:
         return 0.0
     t = tile.threads
@@ -366,14 +376,14 @@ def epilogue_issue(kind: str, ops: tuple, tile: Tile, ks: int, epi_w: float, loa
 
 
 #: Fused kinds whose first block GEMM stores the expansion's staged window through `window_epilogue`
-#: (kernels/fused_common.cuh: bias + ACT1, 0 outside the map or past the channels, a shared store per
+#: (fused_common.cuh: bias + ACT1, 0 outside the map or past the channels, a shared store per
 #: element): pw_dw_pw in every chunk, pw_dw in its last (its other chunks add their products to the
 #: sums in shared memory; charging those too fitted the records of data/records/h100 worse).
 WINDOW_EPILOGUE_KINDS = frozenset({"pw_dw", "pw_dw_pw"})
 
 
 def stream_elements(g: tiles.BlockGemm, threads: int, prec: int) -> int:
-    """Elements of a streamed block GEMM `g` (gemm_stream, kernels/fused_common.cuh) the busiest thread of
+    """Elements of a streamed block GEMM `g` (gemm_stream, fused_common.cuh) the busiest thread of
     a block writes to shared memory: its unit's ceil(groups / units) micro-tiles (`_unit_split`, as
     `_gemm_issue` charges them), each GM x GN elements per thread for exact fp32, GM x GN / 32 per lane of a warp's mma
     tiles (padding included)."""

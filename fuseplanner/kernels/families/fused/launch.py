@@ -121,7 +121,7 @@ SOURCES = {kind: FUSED.source(kind) for kind in FUSED.kinds}
 
 def kernel_defines(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, precision: str,
                    biases: Sequence[bool], residual: bool, split: int = 1, aligned: bool = True) -> dict[str, int]:
-    """Every #define of kernels/fused_<kind>.cu for this group, tile, dtype and precision (pure).
+    """Every #define of fused_<kind>.cu for this group, tile, dtype and precision (pure).
 
     `biases` says which member ops have a bias; `residual` whether a residual is added. `aligned` says
     whether the input pointer allows 4-byte copies (the halo or input tile then goes through cp.async

@@ -50,7 +50,7 @@ def _pw_shapes(op: Op, kind: str, x) -> tuple[int, int, int, int, int, int, tupl
 
 
 def _check_pw_offsets(name: str, tile: Tile, cl: bool, c_in, h, w, c_out, ho, wo, sh, sw) -> None:
-    """kernels/pw.cu's chunk copies address a weight matrix or one image with 32-bit element offsets,
+    """pw.cu's chunk copies address a weight matrix or one image with 32-bit element offsets,
     including the rows and columns of the last (partial) tile: refuse shapes whose largest offset does
     not fit, before launch."""
     k_pad = cdiv(c_in, tile.tc) * tile.tc
@@ -98,7 +98,7 @@ def prepare_pw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp32",
     kpad = tiles.PW_KPAD_BYTES // e
     stages = tiles.pw_stages(kind, tile, dtype)
     split = tiles.cluster_split(kind, ops, tile, n, device_props(cp), dtype)
-    xs_off = stages * tf * (tc + kpad) * e  # byte offset of the X stages (kernels/pw.cu)
+    xs_off = stages * tf * (tc + kpad) * e  # byte offset of the X stages (pw.cu)
     xld = tc + kpad if cl else th * tw + tiles.PW_XPAD
     wu = vector_elems(wt.data.ptr, dtype, lambda u: c_in % u == 0 and tc % u == 0)
     if cl:
