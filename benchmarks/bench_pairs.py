@@ -104,7 +104,7 @@ def shortlist(kind: str, ops, dtype: str, precision: str, batch: int, gpu, n: in
 def _compile_one(job):
     kind, ops, tile, dtype, precision, biases, residual = job
     from fuseplanner.kernels import compile_kernel
-    from fuseplanner.kernels.fused import SOURCES, kernel_defines
+    from fuseplanner.kernels.families.fused.launch import SOURCES, kernel_defines
 
     d = kernel_defines(kind, ops, tile, dtype, precision, biases, residual)
     src, name = SOURCES[kind]

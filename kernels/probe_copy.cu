@@ -11,7 +11,7 @@
 // VB (4, 8 or 16; MODE 0 needs 16), SEG, ROWS, PITCH, REGION, DIV, NDIST, THREADS, SMEM (bytes of
 // the shared ring the copies cycle through), PAD (bytes between the shared rows, as the kernels pad
 // their stages against bank conflicts: row r of the ring starts at r * (SEG + PAD)), KS (thread-block
-// clusters of KS consecutive blocks in x, as kernels/fused_dw_pw.cu launches its split reduction).
+// clusters of KS consecutive blocks in x, as kernels/families/fused/fused_dw_pw.cu launches its split reduction).
 #include <cuda_fp16.h>
 
 #include "cluster_attr.cuh"

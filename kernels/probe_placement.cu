@@ -5,7 +5,7 @@
 // launch and scheduling latency, so blocks that run at the same time overlap in [start, end).
 //
 // Defines: THREADS (block size), KS (thread-block cluster of KS consecutive blocks in x, as
-// kernels/fused_dw_pw.cu launches its split reduction; 1 = no clusters).
+// kernels/families/fused/fused_dw_pw.cu launches its split reduction; 1 = no clusters).
 #include "cluster_attr.cuh"
 
 __device__ __forceinline__ unsigned int sm_id() {

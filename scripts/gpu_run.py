@@ -18,8 +18,10 @@ A TASK is NAME[:FIELD...]; a FIELD with "=" is an option (KEY=VALUE), the others
                                            fused pairs against PyTorch (bench_pairs.py)
     ab:TARGET:OLD[:only=pw_][:batches=1,8][:modes=...]
                                            the kernel benchmark on a copy of the tree whose TARGET
-                                           (e.g. kernels/pw.cu) is OLD (a file, or a folder laid over
-                                           the tree), then on this tree; compare_bench.py of the two
+                                           (a file of this tree, e.g. the pw kernel's source
+                                           fuseplanner/kernels/families/pw/pw.cu) is OLD (a file, or a
+                                           folder laid over the tree), then on this tree;
+                                           compare_bench.py of the two
     calibrate                              `fuseplanner calibrate --gpu auto`; later validate tasks use it
     validate:MODEL:DTYPE:TILES[:KEY=VALUE...][:FLAG...]
                                            `fuseplanner validate MODEL --gpu auto --dtype --tiles`,
@@ -137,10 +139,16 @@ def task_pairs(pos, opts, ctx, folder):
     return [Step("bench_pairs", argv + (("--kinds", *pos) if pos else ()), int(opts.get("timeout", 600)))]
 
 
+#: A kernel source `ab` can replace: each kernel family's .cu files sit in its folder.
+AB_EXAMPLE = "fuseplanner/kernels/families/pw/pw.cu"
+
+
 def task_ab(pos, opts, ctx, folder):
     if len(pos) != 2:
-        raise TaskError("ab takes TARGET:OLD, e.g. ab:kernels/pw.cu:pw_old.cu")
+        raise TaskError(f"ab takes TARGET:OLD, e.g. ab:{AB_EXAMPLE}:pw_old.cu")
     target, old = pos
+    if not (ROOT / target).is_file():
+        raise TaskError(f"ab: TARGET {target} is not a file of this tree (e.g. {AB_EXAMPLE})")
     tree = str(Path(tempfile.gettempdir()) / f"gpu_run-{Path(folder).name}-old-tree")  # not packed
     opts = {"only": "pw_", "candidates": "0", "search_repeat": "3", **opts}
 

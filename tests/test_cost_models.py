@@ -33,11 +33,13 @@ from opfactory import dw, linear, pw
 
 from fuseplanner.core.errors import PlanError
 from fuseplanner.core.ir import Cost, Tile
+from fuseplanner.core.kinds import KERNEL_KINDS
 from fuseplanner.cost import compulsory, estimate, estimate_op
 from fuseplanner.cost import model as cost_model
-from fuseplanner.cost.traffic import coresident_share, plane_windows_sectors
-from fuseplanner.cost.work import Work
+from fuseplanner.costbase.traffic import coresident_share, plane_windows_sectors
+from fuseplanner.costbase.work import Work
 from fuseplanner.hw.spec import GpuSpec, gpu
+from fuseplanner.kernels.family import cost_model as family_cost_model
 
 #: The H100 with its fused-kernel weight-read factors (fp32 and fp16) pinned at 0.3 (the value of the hand arithmetic below), so
 #: that a refit of the bundled kernel fields does not move the traffic cases, and without the L2's
@@ -785,7 +787,7 @@ def test_pw_dw_and_dw_pw_input_rereads_do_not_merge_in_l2():
     assert w.gma_read - merged.gma_read == pytest.approx(1_000 * (1 - (4 / 3.77) / 4))
     assert merged.l1_hits == pytest.approx(w.gma_read - merged.gma_read)  # the loads still request them
     assert cost_model.coresident(w, 1, 1, hw, "pw_dw") == cost_model.coresident(w, 1, 1, hw, "dw_pw") == w
-    assert cost_model.UNMERGED_INPUT_KINDS == {"pw_dw", "dw_pw"}
+    assert {k for k in KERNEL_KINDS if not family_cost_model(k).MERGED_INPUT_REREADS} == {"pw_dw", "dw_pw"}
     # through the estimate: a PW->DW group's reads do not depend on the merging of its inputs
     e, d = pw(16, 64, 16, 16), dw(64, 16, 16, 3)
     tile = Tile(8, 16, 16, 16, 128)  # 2 spatial tiles, 4 filter tiles

@@ -38,7 +38,7 @@ from opfactory import dw, linear, pw
 
 from fuseplanner.core.ir import Tile
 from fuseplanner.cost import compulsory, estimate
-from fuseplanner.cost.geometry import geom
+from fuseplanner.costbase.geometry import geom
 from fuseplanner.hw.spec import GpuSpec, gpu
 from fuseplanner.kernels import tiles
 

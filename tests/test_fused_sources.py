@@ -1,4 +1,4 @@
-"""Fused kernels on CPU: the defines `fuseplanner.kernels.fused` derives for real groups compile for sm_90
+"""Fused kernels on CPU: the defines `fuseplanner.kernels.families.fused.launch` derives for real groups compile for sm_90
 with nvcc (when present) without spills, and the shared-memory layout the kernels assert equals
 `tiles.smem_bytes`; the work-split choosers cover the GEMMs they are given."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from fuseplanner.core.ir import Op, Tile
 from fuseplanner.kernels import kernel_source, nvcc_report, tiles
-from fuseplanner.kernels.fused import SOURCES, kernel_defines
+from fuseplanner.kernels.families.fused.launch import SOURCES, kernel_defines
 from fuseplanner.kernels.tiles import fma_group, mma_group
 
 NVCC = shutil.which("nvcc")
@@ -197,7 +197,7 @@ def test_dw_rows_per_item_define_follows_the_dw_channels():
 def test_pack_pw_weights_layout_and_tf32_rounding():
     import numpy as np
 
-    from fuseplanner.kernels.fused import pack_pw_weights
+    from fuseplanner.kernels.families.fused.launch import pack_pw_weights
 
     rng = np.random.default_rng(0)
     w = rng.standard_normal((10, 6)).astype(np.float32)  # N = 10 filters, C = 6 channels

@@ -45,7 +45,7 @@ def test_validate_uses_an_earlier_calibration_and_passes_options(tmp_path):
 
 
 def test_each_wrappers_work_is_a_task(tmp_path):
-    tasks = gr.parse_tasks(["tests", "kernels:only=pw_960_320:batches=1", "pairs:pw_dw", "ab:kernels/pw.cu:old.cu",
+    tasks = gr.parse_tasks(["tests", "kernels:only=pw_960_320:batches=1", "pairs:pw_dw", "ab:fuseplanner/kernels/families/pw/pw.cu:old.cu",
                             "plans:mobilenet_v2:fp32:8:specs=h100,b.toml", "ncu-fused:dw_pw:b7:1:fp32:2x4/f32/c64/t256",
                             "probe-reads", "probe-copy:once:cg:16", "placement:blocks=132", "plan-speed"], tmp_path)  # fmt: skip
     byname = {t.spec.split(":")[0]: t for t in tasks}
@@ -69,7 +69,8 @@ def test_each_wrappers_work_is_a_task(tmp_path):
 @pytest.mark.parametrize(("tasks", "message"), [
     (["nope"], "unknown task 'nope'"),
     (["validate:mobilenet_v2"], "validate takes MODEL:DTYPE:TILES"),
-    (["ab:kernels/pw.cu"], "ab takes TARGET:OLD"),
+    (["ab:fuseplanner/kernels/families/pw/pw.cu"], "ab takes TARGET:OLD"),
+    (["ab:kernels/pw.cu:old.cu"], "ab: TARGET kernels/pw.cu is not a file of this tree"),
     (["ncu-fused"], "ncu-fused takes CONFIG"),
     ([], "give at least one task"),
 ])  # fmt: skip
@@ -100,20 +101,20 @@ def test_steps_run_with_progress_summary_and_archive(tmp_path, capsys):
 
 def test_old_tree_replaces_a_file_or_lays_a_folder_over(tmp_path):
     root = tmp_path / "root"
-    (root / "kernels").mkdir(parents=True)
-    (root / "kernels" / "pw.cu").write_text("new")
-    (root / "fuseplanner").mkdir()
+    src = root / "fuseplanner" / "kernels" / "families" / "pw"
+    src.mkdir(parents=True)
+    (src / "pw.cu").write_text("new")
     (root / "fuseplanner" / "a.py").write_text("new")
     old = tmp_path / "pw_old.cu"
     old.write_text("old")
-    gr.make_old_tree(root, tmp_path / "t1", "kernels/pw.cu", old)
-    assert (tmp_path / "t1" / "kernels" / "pw.cu").read_text() == "old"
+    gr.make_old_tree(root, tmp_path / "t1", gr.AB_EXAMPLE, old)
+    assert (tmp_path / "t1" / gr.AB_EXAMPLE).read_text() == "old"
     over = tmp_path / "over"
     (over / "fuseplanner").mkdir(parents=True)
     (over / "fuseplanner" / "a.py").write_text("old")
-    gr.make_old_tree(root, tmp_path / "t2", "kernels/pw.cu", over)
+    gr.make_old_tree(root, tmp_path / "t2", gr.AB_EXAMPLE, over)
     assert (tmp_path / "t2" / "fuseplanner" / "a.py").read_text() == "old"
-    assert (tmp_path / "t2" / "kernels" / "pw.cu").read_text() == "new"
+    assert (tmp_path / "t2" / gr.AB_EXAMPLE).read_text() == "new"
 
 
 def test_dry_run_prints_the_commands_and_runs_nothing(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""Issued GEMM work of the fused kernels (cost.fused.issued_per_block): what the busiest thread or warp
+"""Issued GEMM work of the fused kernels (kernels/families/fused/cost.py `issued_per_block`): what the busiest thread or warp
 of a block executes, with idle units, tensor-core padding and shared operand loads, by hand."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ from dataclasses import replace
 from opfactory import dw, pw
 
 from fuseplanner.core.ir import Tile
-from fuseplanner.cost import fused, model, time
+from fuseplanner.cost import model, time
 from fuseplanner.hw.spec import gpu
 from fuseplanner.kernels import tiles
+from fuseplanner.kernels.families.fused import cost as fused
 
 DW = dw(32, 7, 7, 3)  # 32 channels, 7 x 7 map, 3 x 3 kernel
 PW = pw(32, 16, 7, 7)
@@ -110,7 +111,7 @@ def test_fused_kinds_run_the_stencil_at_their_own_rate():
 
 
 def test_staged_epilogue_counts_each_threads_elements():
-    # dw_pw, 4 x 56 pixels x 128 filters on 256 threads (kernels/fused_dw_pw.cu: the accumulator tile goes
+    # dw_pw, 4 x 56 pixels x 128 filters on 256 threads (kernels/families/fused/fused_dw_pw.cu: the accumulator tile goes
     # through shared memory, then each thread stores every 256th element): 128 x 224 = 28,672 elements,
     # 112 a thread; at 4 FMA-equivalents an element: 112 x 4 x 256 threads x 2 = 229,376 FLOP-equivalents
     d, p = dw(64, 112, 112, 3, 2), pw(64, 128, 56, 56)

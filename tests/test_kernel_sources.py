@@ -14,7 +14,8 @@ import pytest
 
 from fuseplanner.core.errors import DeviceError
 from fuseplanner.core.ir import Op, Tile
-from fuseplanner.kernels import kernel_source, kernels_dir, nvcc_report
+from fuseplanner.kernels import kernel_source, nvcc_report
+from fuseplanner.kernels._build import source_dirs
 
 NVCC = shutil.which("nvcc")
 
@@ -92,7 +93,7 @@ def test_every_source_is_compile_checked():
     # here: the layer-by-layer kernels and the placement and copy probes; tests/test_fused_sources.py: fused_*.cu
     from fuseplanner.kernels import tiles
 
-    sources = {p.name for p in kernels_dir().glob("*.cu")}
+    sources = {p.name for d in source_dirs() for p in d.glob("*.cu")}
     assert {"dw.cu", "pw.cu", "probe_placement.cu"} <= sources
     assert sources == {s for s, *_ in COMBOS} | {f"fused_{k}.cu" for k in tiles.FUSED_KINDS}
 
@@ -122,7 +123,7 @@ def test_fused_launch_rejects_images_past_32_bit_offsets():
     from types import SimpleNamespace
 
     from fuseplanner.core.errors import PlanError
-    from fuseplanner.kernels.fused import _nchw
+    from fuseplanner.kernels.families.fused.launch import _nchw
 
     # the fused kernels index one image with 32-bit offsets: 128 x 4096 x 4096 = 2^31 elements is one too many
     with pytest.raises(PlanError, match="32-bit offsets"):
@@ -189,7 +190,7 @@ def test_fma_map_fewest_load_cycles_per_useful_output():
 
 def test_pw_launch_rejects_offsets_past_32_bits():
     from fuseplanner.core.errors import PlanError
-    from fuseplanner.kernels.lbl import _check_pw_offsets
+    from fuseplanner.kernels.families.pw.launch import _check_pw_offsets
 
     t = Tile(8, 8, 64, 32, 256)
     # NCHW, 127 channels of 4096 x 4096: the last chunk's rows reach channel 128 (127 rounded up to TC 32),

@@ -1,4 +1,4 @@
-"""Issued work of the layer-by-layer pw kernel (cost.pw.issued_per_block) by hand, and the two spec
+"""Issued work of the layer-by-layer pw kernel (kernels.families.pw.cost.issued_per_block) by hand, and the two spec
 fields that switch it on (`pw_shared_load_weight` for exact fp32, `pw_mma_load_weight` for tensor cores)
 and cap an SM (`sm_issue_warps`), both off by default."""
 
@@ -8,9 +8,9 @@ from opfactory import dw, pw
 
 from fuseplanner.core.ir import Tile
 from fuseplanner.cost import estimate, time
-from fuseplanner.cost import pw as pw_cost
 from fuseplanner.hw.spec import gpu
 from fuseplanner.kernels import tiles
+from fuseplanner.kernels.families.pw import cost as pw_cost
 from fuseplanner.validation.microbench import apply_measured
 
 PW = pw(32, 16, 7, 7)  # 32 -> 16 channels on a 7 x 7 map

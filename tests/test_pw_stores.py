@@ -1,4 +1,4 @@
-"""Write requests of kernels/pw.cu's epilogue (`cost.requests.pw_write_sectors`): hand-computed
+"""Write requests of kernels/families/pw/pw.cu's epilogue (`costbase.requests.pw_write_sectors`): hand-computed
 cases, and the count against a thread-by-thread walk through the kernel's store code over every
 block."""
 
@@ -11,7 +11,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from fuseplanner.core.ir import Tile
-from fuseplanner.cost.requests import pw_write_sectors
+from fuseplanner.costbase.requests import pw_write_sectors
 from fuseplanner.kernels import tiles
 
 
@@ -68,7 +68,7 @@ def test_token_major_fp16_fragment_rows_share_sectors():
 # ---- thread by thread --------------------------------------------------------------------------------
 def _epilogue(d: dict, tf: int, th: int, tw: int, threads: int, ks: int, cl: bool, wo: int, in_map, offset):
     """{instruction: [(thread, element offsets)]} of one block (of one cluster rank r when ks > 1,
-    keyed (r, ...)): kernels/pw.cu's stores walked thread by thread, on a map `wo` wide (g.Wo).
+    keyed (r, ...)): kernels/families/pw/pw.cu's stores walked thread by thread, on a map `wo` wide (g.Wo).
     `in_map(f, p)` says whether tile output (f, p) is inside the tensor, `offset(f, p)` where it is."""
     p_all = th * tw
     out: dict = defaultdict(list)

@@ -12,7 +12,7 @@ from fuseplanner.core.ir import Tile
 from fuseplanner.cost import estimate
 from fuseplanner.cost import model as cost_model
 from fuseplanner.cost.time import blocks_per_sm, kernel_time, warp_rates
-from fuseplanner.cost.work import Work
+from fuseplanner.costbase.work import Work
 from fuseplanner.hw.spec import GpuSpec, gpu
 from fuseplanner.kernels import registers, tiles
 

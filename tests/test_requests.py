@@ -1,5 +1,5 @@
 """Warp-instruction sector counts of the kernels' item-by-item stores and window copies
-(`cost.requests`): hand-computed cases, and the class-and-period count against a lane-by-lane
+(`costbase.requests`): hand-computed cases, and the class-and-period count against a lane-by-lane
 reference over every block."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fuseplanner.core.ir import Tile
-from fuseplanner.cost.requests import tile_write_sectors, window_load_sectors
+from fuseplanner.costbase.requests import tile_write_sectors, window_load_sectors
 from fuseplanner.kernels import tiles
 
 

@@ -243,7 +243,7 @@ def test_validate_without_gpu_raises_device_error(bytes_model):
 def test_launch_resources_read_the_compiled_kernel():
     from types import SimpleNamespace
 
-    from fuseplanner.kernels.lbl import Launch
+    from fuseplanner.kernels import Launch
 
     kernel = SimpleNamespace(num_regs=96, local_size_bytes=24, shared_size_bytes=512)
     launch = Launch(kernel, (7, 2, 3), 128, 4096, (), None, {"KS": 4})

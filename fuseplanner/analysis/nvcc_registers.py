@@ -42,7 +42,7 @@ class CompiledTile:
 def ptxas_registers(nvcc: str, step: Step, dtype: str, precision: str, workdir: str) -> int | None:
     """Registers ptxas reports for the kernel of one fused step (None when it does not compile)."""
     from fuseplanner.kernels import kernel_source, nvcc_report
-    from fuseplanner.kernels.fused import SOURCES, kernel_defines
+    from fuseplanner.kernels.families.fused.launch import SOURCES, kernel_defines
 
     defines = kernel_defines(step.kind, step.ops, step.tile, dtype, precision, [True] * len(step.ops), False)
     rc, rep = nvcc_report(nvcc, kernel_source(SOURCES[step.kind][0], defines), workdir, timeout=600)

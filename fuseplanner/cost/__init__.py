@@ -25,8 +25,8 @@ from fuseplanner.cost.model import (
     launched,
 )
 from fuseplanner.cost.time import blocks_per_sm, mma_rate, warp_rates
-from fuseplanner.cost.traffic import span_union
-from fuseplanner.cost.work import PARAM_BYTES, Work
+from fuseplanner.costbase.traffic import span_union
+from fuseplanner.costbase.work import PARAM_BYTES, Work
 from fuseplanner.hw.spec import GpuSpec
 from fuseplanner.hw.spec import gpu as _gpu
 from fuseplanner.kernels import tiles

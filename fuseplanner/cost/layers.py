@@ -21,9 +21,9 @@ from __future__ import annotations
 import math
 
 from fuseplanner.core.ir import DTYPE_BYTES, ONNX_TO_DTYPE, Cost, Op
-from fuseplanner.cost.geometry import geom
 from fuseplanner.cost.time import stream_time
-from fuseplanner.cost.traffic import dram_write_bytes, sectors
+from fuseplanner.costbase.geometry import geom
+from fuseplanner.costbase.traffic import dram_write_bytes, sectors
 from fuseplanner.hw.spec import GpuSpec
 
 #: The executor's direct 2-D conv kernel (`run.ops._cuda.conv2d`) runs convs whose output element sums

@@ -6,23 +6,16 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from fuseplanner.core.errors import PlanError
-from fuseplanner.core.ir import Cost, KernelResources, Op, Tile, math_mode
+from fuseplanner.core.ir import Cost, KernelResources, Op, Tile
 from fuseplanner.core.kinds import DTYPE_BYTES, PRECISIONS
 from fuseplanner.core.kinds import KERNEL_MEMBERS as MEMBERS
-from fuseplanner.cost.fused import (
-    epilogue_issue,
-    issued_per_block,
-    window_epilogue_issue,
-)
-from fuseplanner.cost.geometry import geom
-from fuseplanner.cost.pw import issued_per_block as pw_issued_per_block
-from fuseplanner.cost.pw import uses_mma as pw_uses_mma
 from fuseplanner.cost.time import blocks_per_sm, kernel_time, mma_rate, warp_rates
-from fuseplanner.cost.traffic import coresident_share, dram_write_bytes, miss_fraction
-from fuseplanner.cost.work import KernelModel, Work, cdiv, whole_bytes
+from fuseplanner.costbase.geometry import geom
+from fuseplanner.costbase.traffic import coresident_share, dram_write_bytes, miss_fraction
+from fuseplanner.costbase.work import KernelModel, Work, cdiv, whole_bytes
 from fuseplanner.hw.spec import GpuSpec, Hw
 from fuseplanner.kernels import tiles
-from fuseplanner.kernels.family import family
+from fuseplanner.kernels.family import cost_model, family
 
 #: Cluster size from which a launch can use only the spec's `cluster_sms` SMs (measured on a GH100 with
 #: benchmarks/probe_placement.py: clusters of 2 used all 132 SMs, clusters of 4 and 8 at most 120-124).
@@ -49,7 +42,7 @@ def context(kind: str, ops: tuple[Op, ...], dtype: str) -> KernelModel:
     for a, b in zip(gs, gs[1:], strict=False):
         if a.co != b.c:
             raise PlanError(f"ops of a {kind} group do not chain: {a.co} output channels feed {b.c} inputs")
-    return family(kind).cost_model(kind)(gs, DTYPE_BYTES[dtype])
+    return cost_model(kind)(gs, DTYPE_BYTES[dtype])
 
 
 _LAST: list = [None, None]  # one-entry identity cache in front of `context` (same group, many tiles)
@@ -186,58 +179,13 @@ def scheduled(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, w: Work, k
     return w, depth
 
 
-@lru_cache(maxsize=65536)
-def _issued(kind: str, ops: tuple[Op, ...], tile: Tile, e: int, prec: int, load_w: float,
-            win_w: float) -> tuple[float, float]:
-    dw, pw = issued_per_block(kind, ops, tile, e, prec, load_w)
-    return dw + window_epilogue_issue(kind, ops, tile, e, prec, win_w), pw
-
-
 def issued(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, precision: str, w: Work, ks: int, hw: Hw) -> Work:
-    """`w` with the FLOPs a fused kernel's blocks issue on their critical path (`fused.issued_per_block`:
-    the kernels' GEMM work split per thread or warp, tensor-core padding and idle units included, and
-    the padded DW stencil chunk; `fused.epilogue_issue`: the element-wise epilogue at the spec's
-    `fused_epilogue_weight`; `fused.window_epilogue_issue`: the expansion's window epilogue at the
-    spec's `fused_window_epilogue_weight`), which the time model charges at the fused warp rates (the
-    epilogues, on the CUDA cores, at the DW stencil's); `ks` blocks of a cluster split share one
-    block's chunks.
-    A layer-by-layer pw/linear launch charges its blocks' issued work (`pw.issued_per_block`) when the
-    spec's load weight of its math path is set (`pw_shared_load_weight` for exact fp32 on the CUDA cores,
-    `pw_mma_load_weight` for tensor cores) or its tile's outputs do not split evenly over its threads
-    (the slots past the tile count); other kinds are returned unchanged."""
-    if kind in ("pw", "linear"):
-        load_w = ((hw.pw_mma_load_weight if pw_uses_mma(ops[0], tile, dtype, precision) else hw.pw_shared_load_weight)
-                  if hw.pw_shared_load_weight or hw.pw_mma_load_weight else 0.0)
-        if load_w <= 0.0 and tile.tf * tile.th * tile.tw % tile.threads == 0:
-            return w  # both off (the bundled specs): no variant lookup on the planner's search path
-        # an uneven tile (tiles.UNEVEN_KINDS) always charges its issued work: its idle thread slots
-        # take issue time that its useful FLOPs over all its warps do not show
-        return w._replace(mma_issue=w.blocks * pw_issued_per_block(ops[0], tile, dtype, precision, ks, load_w))
-    if kind not in tiles.FUSED_KINDS:
-        return w
-    dw, pw = _issued(kind, ops, tile, DTYPE_BYTES[dtype], math_mode(dtype, precision), hw.fused_shared_load_weight,
-                     hw.fused_window_epilogue_weight)
-    n = w.blocks / ks
-    epi = epilogue_issue(kind, ops, tile, ks, hw.fused_epilogue_weight, hw.fused_shared_load_weight)
-    return w._replace(cuda_issue=(dw + epi) * n, mma_issue=pw * n)
-
-
-#: Fused kinds whose filter tiles' re-reads of an input window L2 does not merge: Nsight Compute on the
-#: H100 shows PW->DW and DW->PW launches of 8-64 blocks (2 spatial tiles, 4-8 filter tiles) reading their
-#: windows once per filter tile, where `coalesced` merges 4 readers 2 blocks apart into one; the
-#: layer-by-layer PW, pw_pw and pw_dw_pw inputs merge as it says (records in data/records/h100).
-#: Why these two kinds differ is not known: their windows are halo windows copied per
-#: channel chunk with 4-byte copies, the others' 16-byte tiles or one staged window.
-UNMERGED_INPUT_KINDS = frozenset({"pw_dw", "dw_pw"})
-
-
-#: Kinds whose co-resident window sharing (`traffic.coresident_share`) is limited to the launch's first
-#: wave: Nsight Compute on the H100 shows layer-by-layer PW launches of 1.5-7 waves reading 0.9-1.1 of
-#: their windows per filter tile from L2, where the whole-launch share gave 0.2-0.55. The fused kinds'
-#: multi-wave launches keep the whole-launch share: limited to the first wave it moved their records
-#: both ways (MobileNetV1 fp16 batch 4 DW->PW launches of 1,024-14,336 blocks, predicted / measured GMA
-#: 0.89 -> 1.45 for some, 0.36 -> 0.96 for others; data/records/h100/holdout).
-FIRST_WAVE_KINDS = frozenset({"pw", "linear"})
+    """`w` with the FLOPs the blocks of a launch of `kind` issue on their critical path, which the time
+    model charges at the kind's warp rates (the family's `KernelModel.issued`: the fused kernels'
+    GEMM work split per thread or warp with its padding and epilogues, the pw/linear kernel's
+    register blocks or mma tiles when the spec weighs their loads or the tile is uneven); `ks`
+    blocks of a cluster split share one block's chunks. Other kinds return `w` unchanged."""
+    return _model(kind, ops, dtype).issued(kind, ops, tile, dtype, precision, w, ks, hw)
 
 
 def _shared_weights(w: Work, bps: int, hw: Hw) -> Work:
@@ -261,14 +209,17 @@ def coresident(w: Work, bps: int, ks: int, hw: Hw, kind: str) -> Work:
     blocks of one SM share through L1 (`traffic.coresident_share`) or whose reads L2 merges
     (`coalesced`: the filter tiles of a spatial tile are `nsp` blocks apart). Every copy goes through
     L1 (kernels/common.cuh). Not for cluster launches (`ks` > 1), which the scheduler places per GPU
-    processing cluster. L2 merges none of the re-reads of a `kind` in `UNMERGED_INPUT_KINDS`."""
+    processing cluster. L2 merges none of the re-reads of a kind whose model says so
+    (`KernelModel.MERGED_INPUT_REREADS`), and a model may limit the sharing to the launch's first wave
+    (`KernelModel.FIRST_WAVE_SHARING`)."""
     if ks > 1:
         return w
     w = _shared_weights(w, bps, hw)
     if not w.in_read:
         return w
-    share = coresident_share(w.nsp, w.nf, hw.sm_count, bps, w.blocks if kind in FIRST_WAVE_KINDS else 0)
-    if kind not in UNMERGED_INPUT_KINDS:
+    model = cost_model(kind)
+    share = coresident_share(w.nsp, w.nf, hw.sm_count, bps, w.blocks if model.FIRST_WAVE_SHARING else 0)
+    if model.MERGED_INPUT_REREADS:
         share *= coalesced(w.nf, w.nsp, w.blocks, 1, hw)
     saved = w.in_read * (1.0 - max(share, 1.0 / max(w.nf, 1)))
     if saved <= 0.0:

@@ -27,8 +27,8 @@ not the release's element-versus-KB test. The paper has no caches: every access 
 
 from __future__ import annotations
 
-from fuseplanner.cost.geometry import Geom
-from fuseplanner.cost.work import cdiv
+from fuseplanner.costbase.geometry import Geom
+from fuseplanner.costbase.work import cdiv
 
 
 def _ov(g: Geom, nh: int, nw: int) -> int:

@@ -58,8 +58,9 @@ chain = iters * latency / depth + memory + own compute
 from __future__ import annotations
 
 from fuseplanner.core.ir import math_mode
-from fuseplanner.cost.work import Work
+from fuseplanner.costbase.work import Work
 from fuseplanner.hw.spec import Hw
+from fuseplanner.kernels.family import cost_model, family
 
 
 def blocks_per_sm(smem: int, threads: int, regs: int, hw: Hw) -> tuple[int, str]:
@@ -93,10 +94,10 @@ def warp_rates(kind: str, dtype: str, precision: str, hw: Hw) -> tuple[float, fl
     seconds of a launch of this kind (`kernel_fixed_s` / `fused_kernel_fixed_s`)."""
     half = dtype == "fp16"
     mode = math_mode(dtype, precision)
-    lbl = kind in ("dw", "pw", "linear")
+    lbl = not family(kind).fused
     pw = hw.pw_warp_flops if lbl else hw.fused_pw_warp_flops
     dw = hw.dw_warp_flops[half] if lbl else hw.fused_dw_warp_flops
-    cap = (hw.sm_issue_warps if kind != "dw" else 0.0) if lbl else hw.fused_sm_issue_warps
+    cap = 0.0 if not cost_model(kind).ISSUE_CAPPED else hw.sm_issue_warps if lbl else hw.fused_sm_issue_warps
     exponent = hw.block_warp_exponent if lbl else hw.fused_block_warp_exponent
     fixed = hw.kernel_fixed_s if lbl else hw.fused_kernel_fixed_s
     return dw, pw[mode], exponent, hw.warp_load_bytes_per_s, cap, fixed

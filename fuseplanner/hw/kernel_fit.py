@@ -50,7 +50,7 @@ class KernelFit(BaseModel):
     fused_dw_warp_flops_per_cycle: float = Field(
         gt=0, description="achieved FLOP-equivalents per warp per clock of the fused kernels' DW stencil (dw_window: "
         "operands from shared memory, fp32 arithmetic, any storage dtype), per issued FLOP with its shared "
-        "loads counted (cost.fused._dw_issue)")
+        "loads counted (kernels.families.fused.cost._dw_issue)")
     fused_weight_l2_fraction: float = Field(
         gt=0, le=2, description="L2 read sectors per modelled sector of a fused kernel's per-block copies of its "
         "packed PW weights (16-byte cp.async.ca), fp32 storage, beyond what the L2 merges of the concurrent "
@@ -79,10 +79,10 @@ class KernelFit(BaseModel):
         "issued work charges per shared-memory operand load of a GEMM unit or DW stencil item (a float4, an ldmatrix)")
     fused_epilogue_weight: float = Field(
         ge=0, description="FMA-equivalents that the fused kernels' issued work charges per element of their staged "
-        "epilogue (cost.fused.epilogue_issue), at the fused DW stencil's warp rate")
+        "epilogue (kernels.families.fused.cost.epilogue_issue), at the fused DW stencil's warp rate")
     fused_window_epilogue_weight: float = Field(
         ge=0, description="FMA-equivalents that the pw_dw and pw_dw_pw kernels' issued work charges per element "
-        "their expansion GEMM stores into the staged window (cost.fused.window_epilogue_issue)")
+        "their expansion GEMM stores into the staged window (kernels.families.fused.cost.window_epilogue_issue)")
     pw_shared_load_weight: float = Field(
         ge=0, description="FMA-equivalents that the layer-by-layer pw/linear kernel's exact-fp32 path charges per "
         "shared-memory operand load of its register block (0: useful FLOPs, term off for that path)")

@@ -7,7 +7,8 @@ in execution order, `tile` an ir.Tile, `x` the input (NCHW, or (..., C) tokens f
 one `(weight, bias)` pair of CuPy arrays per member op (weight in ONNX layout (C_out, C_in/groups,
 kh, kw), or (C_out, C_in) for linear; float32 or the storage dtype; bias float32 or None; BN already
 folded). The tile is checked with `tiles.check` first and refused with its reason (TileError).
-See kernels/README.md for the ABI. This package imports CuPy lazily: importing it never needs CuPy.
+See kernels/README.md for the ABI; each family's launcher, cost model and CUDA source sit in its
+folder under `fuseplanner.kernels.families`. This package imports CuPy lazily: importing it never needs CuPy.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from fuseplanner.kernels._build import (
     nvcc_report,
     require_device,
 )
-from fuseplanner.kernels._common import activation, device_props, device_spec
+from fuseplanner.kernels._common import Launch, activation, device_props, device_spec
 from fuseplanner.kernels.family import family
 
 __all__ = [
+    "Launch",
     "activation",
     "KERNEL_KINDS",
     "compile_kernel",
@@ -53,8 +55,7 @@ def _members(kind: str) -> tuple[str, ...]:
 def check_tile(kind: str, ops: Sequence[Op], tile: Tile, dtype: str = "fp32", gpu=None) -> None:
     """Raise TileError with the cost model's reason when `tile` cannot run for this kernel on `gpu`
     (default: the current device)."""
-    if kind not in KERNEL_KINDS:
-        raise PlanError(f"unknown kernel kind {kind!r}: use one of {', '.join(KERNEL_KINDS)}")
+    family(kind)  # PlanError for an unknown kind
     if len(ops) != len(_members(kind)):
         raise PlanError(f"kernel kind {kind} takes {len(_members(kind))} ops, got {len(ops)}")
     if gpu is None:
@@ -68,7 +69,7 @@ def check_tile(kind: str, ops: Sequence[Op], tile: Tile, dtype: str = "fp32", gp
 
 def _with_batch(ops: Sequence[Op], kind: str, x) -> tuple[Op, ...]:
     """The ops with their batch set to the batch of `x` (so shapes and costs describe this run)."""
-    if kind == "linear" or ops[0].kind == "linear":
+    if ops[0].kind == "linear":  # the linear kind, and pw_pw over linear ops
         from fuseplanner.kernels._common import linear_dims
 
         n = linear_dims(x.shape)[0] if len(x.shape) >= 3 else None

@@ -1,4 +1,5 @@
-"""Compile kernels/*.cu with #defines through CuPy's NVRTC, cached per (source, name, defines).
+"""Compile the kernel sources (each family's .cu files, the probes) with #defines through CuPy's
+NVRTC, cached per (source, name, defines).
 
 CuPy is imported lazily, so `import fuseplanner.kernels` works on machines without it.
 """
@@ -20,15 +21,37 @@ DEFAULT_OPTIONS = ("-std=c++17",)
 
 
 def kernels_dir() -> Path:
-    """Directory holding the kernel sources (the repository's kernels/, bundled in the wheel)."""
+    """Directory of the shared kernel headers and the probes (the repository's kernels/, bundled in
+    the wheel as fuseplanner/data/kernels)."""
     return Path(str(importlib.resources.files("fuseplanner") / "data" / "kernels"))
+
+
+@functools.cache
+def source_dirs() -> tuple[Path, ...]:
+    """Where kernel sources are found, in order: `kernels_dir()`, then every kernel family's folder
+    (fuseplanner/kernels/families/<family>/, whose `.cu` files sit beside its modules). Every one is
+    an include directory of every compile, so `#include "common.cuh"` works from any of them."""
+    families = Path(str(importlib.resources.files("fuseplanner.kernels.families")))
+    return (kernels_dir(), *sorted(p for p in families.iterdir() if (p / "__init__.py").is_file()))
+
+
+def source_path(source: str) -> Path:
+    """The file of kernel source `source` (a file name: "dw.cu", "probe_copy.cu") in `source_dirs()`."""
+    for d in source_dirs():
+        if (d / source).is_file():
+            return d / source
+    raise DeviceError(f"kernel source {source!r} not found in {kernels_dir()} or a kernel family folder: "
+                      "reinstall fuseplanner")
+
+
+def include_options() -> tuple[str, ...]:
+    """`-I` options naming every directory of `source_dirs()`."""
+    return tuple(f"-I{d}" for d in source_dirs())
 
 
 def kernel_source(source: str, defines: Mapping[str, int | str]) -> str:
     """The text compiled for `source` with `defines`: one `#define` line per entry, then the file."""
-    path = kernels_dir() / source
-    if not path.is_file():
-        raise DeviceError(f"kernel source {source!r} not found in {kernels_dir()}: reinstall fuseplanner")
+    path = source_path(source)
     head = "".join(f"#define {k} {_define_value(v)}\n" for k, v in sorted(defines.items()))
     return head + f'#line 1 "{source}"\n' + path.read_text()
 
@@ -41,7 +64,7 @@ def nvcc_report(nvcc: str, text: str, workdir: str | Path, arch: str = "sm_90", 
     os.close(fd)
     src = Path(name)
     src.write_text(text)
-    proc = subprocess.run([nvcc, f"-arch={arch}", "-cubin", "-std=c++17", "--resource-usage", f"-I{kernels_dir()}",
+    proc = subprocess.run([nvcc, f"-arch={arch}", "-cubin", "-std=c++17", "--resource-usage", *include_options(),
                            "-o", str(src.with_suffix(".cubin")), str(src)], capture_output=True, text=True,
                           timeout=timeout)  # fmt: skip
     return proc.returncode, proc.stdout + proc.stderr
@@ -78,7 +101,7 @@ def require_device():
 def compile_kernel(
     source: str, name: str, defines: Mapping[str, int | str], options: Sequence[str] = ()
 ):
-    """A `cupy.RawKernel` for kernel `name` of kernels/`source` built with `defines`; compiled once."""
+    """A `cupy.RawKernel` for kernel `name` of `source` (`source_path`) built with `defines`; compiled once."""
     key = (source, name, tuple(sorted((k, _define_value(v)) for k, v in defines.items())), tuple(options))
     return _compile_cached(*key)
 
@@ -87,7 +110,7 @@ def compile_kernel(
 def _compile_cached(source: str, name: str, defines: tuple[tuple[str, str], ...], options: tuple[str, ...]):
     cupy = require_device()
     code = kernel_source(source, dict(defines))
-    opts = (*DEFAULT_OPTIONS, f"-I{kernels_dir()}", *options)
+    opts = (*DEFAULT_OPTIONS, *include_options(), *options)
     try:
         module = cupy.RawModule(code=code, options=opts)
         return module.get_function(name)

@@ -1,4 +1,4 @@
-"""Launcher helpers shared by the layer-by-layer and fused kernels: defines, array checks, outputs.
+"""Launcher helpers shared by every family's launcher: defines, array checks, outputs, `Launch`.
 
 Everything here takes CuPy arrays but imports CuPy only through `_build.require_device`.
 """
@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 
+import numpy as np
+
 from fuseplanner.core.errors import PlanError
-from fuseplanner.core.ir import Op
+from fuseplanner.core.ir import Op, dtype_bytes
 from fuseplanner.core.kinds import PRECISIONS
+from fuseplanner.kernels import _build
 
 #: ACT define values (kernels/common.cuh) by canonical epilogue name.
 ACT_CODES = {
@@ -179,3 +183,42 @@ def device_props(cp) -> SimpleNamespace:
     """The current device's own limits (name, SM count, compute capability, ...), read off its
     properties: what a launch must respect, whatever spec the plan was made for."""
     return _props_spec(cp.cuda.runtime.getDevice())
+
+
+@dataclass
+class Launch:
+    """One prepared kernel launch; calling it runs the kernel (asynchronously) and returns `out`."""
+
+    kernel: object
+    grid: tuple[int, int, int]
+    block: int
+    smem: int
+    args: tuple
+    out: object
+    defines: dict = field(default_factory=dict)
+    keep: tuple = ()  # arrays the arguments point into (kept alive with the launch)
+
+    def __call__(self):
+        _build.launch(self.kernel, self.grid, self.block, self.smem, self.args)
+        return self.out
+
+    def resources(self) -> dict[str, int]:
+        """The launch's shape and what the compiler gave its kernel (`_build.kernel_attributes`):
+        blocks, threads per block, dynamic shared memory, cluster size (1 without clusters)."""
+        blocks = self.grid[0] * self.grid[1] * self.grid[2]
+        return {"blocks": blocks, "threads": self.block, "smem_bytes": self.smem,
+                "cluster": int(self.defines.get("KS", 1)), **_build.kernel_attributes(self.kernel)}  # fmt: skip
+
+
+def i32(*vals: int) -> tuple:
+    return tuple(np.int32(v) for v in vals)
+
+
+def vector_elems(ptr: int, dtype: str, ok) -> int:
+    """Largest vector width (elements, 16/8/4 bytes) that `ok(width)` accepts and `ptr` is aligned to."""
+    e = dtype_bytes(dtype)
+    for nbytes in (16, 8, 4):
+        u = nbytes // e
+        if u >= 1 and ptr % nbytes == 0 and ok(u):
+            return u
+    return 0

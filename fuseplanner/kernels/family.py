@@ -3,8 +3,9 @@
 A family is everything one kind of kernel needs, behind `KernelFamily`: the tiles it searches and
 their feasibility rules, its shared memory, its cost model class, its launcher and its CUDA source.
 The registry maps every kernel kind of `core.kinds.KERNEL_KINDS` to its family; callers dispatch
-through `family(kind)` instead of testing kind names. Adding a kernel kind touches its family
-module (`fuseplanner.kernels.families`), `core.kinds` and, for a new family, `FAMILIES` below.
+through `family(kind)` instead of testing kind names. Adding a kernel kind touches its family's
+folder (`fuseplanner/kernels/families/<family>/`), `core.kinds` and, for a new family, `FAMILIES`
+below (docs/DESIGN.md, "Adding a kernel kind").
 
 Registers per thread come from `kernels.registers` (a table per kind and dtype); the float64
 reference (`validation.reference.reference`) applies any kind's member ops in order, so neither
@@ -13,6 +14,7 @@ needs a per-family entry.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -37,7 +39,7 @@ class KernelFamily(Protocol):
     uneven: bool
 
     def source(self, kind: str) -> tuple[str, str]:
-        """(.cu file under kernels/, kernel function name)."""
+        """(.cu file in the family's folder, kernel function name)."""
         ...
 
     def spatial_sizes(self, kind: str, ho: int, wo: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
@@ -81,7 +83,7 @@ class KernelFamily(Protocol):
         ...
 
     def cost_model(self, kind: str) -> type:
-        """The `cost.work.KernelModel` subclass of `kind`."""
+        """The `costbase.work.KernelModel` subclass of `kind`."""
         ...
 
     def preparer(self, kind: str) -> Callable:
@@ -105,3 +107,10 @@ def family(kind: str) -> KernelFamily:
 def kinds_where(flag: Callable[[KernelFamily, str], bool]) -> tuple[str, ...]:
     """The kernel kinds (in `KERNEL_KINDS` order) whose family and kind satisfy `flag`."""
     return tuple(k for k in KERNEL_KINDS if flag(_BY_KIND[k], k))
+
+
+@functools.cache
+def cost_model(kind: str) -> type:
+    """The `costbase.work.KernelModel` subclass of kernel kind `kind` (its family's `cost_model`),
+    looked up once (PlanError for an unknown kind)."""
+    return family(kind).cost_model(kind)

@@ -95,7 +95,7 @@ MIN_SPLIT_CHUNKS = 2
 SPLIT_KINDS = kinds_where(lambda f, k: f.splits(k))
 
 
-#: Kinds whose kernel runs tiles whose outputs do not split evenly over the threads (kernels/pw.cu:
+#: Kinds whose kernel runs tiles whose outputs do not split evenly over the threads (kernels/families/pw/pw.cu:
 #: the FLAT path leaves the threads past the tile's outputs idle; the register blocks and mma warps
 #: cover a tile's edges as they do for any tile). The planner
 #: searches such "uneven" tiles only for a layer with no even one (`feasible_candidates`): a
@@ -115,7 +115,7 @@ def _smem_bytes(kind: str, ops: Sequence[Op], th: int, tw: int, tf: int, tc: int
 
 def cluster_split(kind: str, ops: Sequence[Op], tile: Tile, batch: int, gpu, dtype: str = "fp32") -> int:
     """Blocks of a thread-block cluster that share one output tile, each reducing every KS-th channel
-    chunk (KS of kernels/fused_dw_pw.cu and kernels/pw.cu): the largest power of two up to
+    chunk (KS of kernels/families/fused/fused_dw_pw.cu and kernels/families/pw/pw.cu): the largest power of two up to
     MAX_CLUSTER_SPLIT that leaves every block MIN_SPLIT_CHUNKS chunks and keeps the grid within
     CLUSTER_FILL blocks per SM of `gpu` (a GpuSpec). pw/linear split only reductions of
     LBL_SPLIT_MIN_CHANNELS or more, and only while the fp32 partial tile fits in the `dtype` ring it
@@ -290,7 +290,7 @@ def _feasible(kind: str, ops: Sequence[Op], dtype: str, gpu, even: bool) -> list
 
 
 def output_rows_per_item(kind: str, tile: Tile) -> int:
-    """Output rows a thread item stores one after another (`cost.requests.tile_write_sectors`): the
+    """Output rows a thread item stores one after another (`costbase.requests.tile_write_sectors`): the
     DW stencil's V of the dw and pw_dw kernels, 1 for the kinds that store a staged tile."""
     return family(kind).output_rows(kind, tile)
 

@@ -33,6 +33,7 @@ from fuseplanner.core.kinds import COST_MODELS, DTYPE_BYTES, GROUP_KINDS, OBJECT
 from fuseplanner.core.kinds import LAYER_KINDS as TILED_KINDS
 from fuseplanner.cost.execution import check_context, context_time, launch_terms
 from fuseplanner.kernels import tiles as tiles_mod
+from fuseplanner.kernels.family import family
 from fuseplanner.planning.candidates import (
     Candidate,
     LayerResidual,
@@ -255,7 +256,7 @@ def _why_none(kind: str, ops: Sequence[Op], dtype: str, gpu) -> str:
     """The feasibility reason for the smallest tile of this kernel (why even it does not fit)."""
     cout = ops[-1].c_out
     tf = min(8, cout)
-    t = Tile(1, 1, tf, tf if kind == "dw" else 8, 64)
+    t = Tile(1, 1, tf, family(kind).chunk_sizes(tf, (8,))[0], 64)
     return tiles_mod.check(kind, ops, t, dtype, gpu) or "no tile in the candidate set passes tiles.check"
 
 

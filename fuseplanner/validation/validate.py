@@ -61,7 +61,7 @@ REPEAT = 100
 #: planned one).
 SWEEP_TILES = 6
 TILE_MODES = ("planned", "sweep", "layers")
-#: Regex of kernel names ncu profiles: our kernels (kernels/*.cu: dw_kernel, pw_kernel, fused_*) and the
+#: Regex of kernel names ncu profiles: our kernels (kernels/families/*/*.cu: dw_kernel, pw_kernel, fused_*) and the
 #: region markers; CuPy's helper kernels (fills, casts) are not profiled.
 KERNEL_REGEX = f"{ncu_mod.MARK_BEGIN}|{ncu_mod.MARK_END}|_kernel|fused_"
 _MARKERS = (

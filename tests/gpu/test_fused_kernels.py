@@ -237,7 +237,7 @@ def test_fp16_odd_width_halo(kind, k, s, pad, offset):
     memory (XA 2, x aligned) or through registers (XA 0, x one element off), with an odd C x H x W so
     that the images of a batch start alternately aligned and not, on every tile of the map (left and
     right border pairs, paddings 0-3, strides 1 and 2) and on tiles of several widths."""
-    from fuseplanner.kernels.fused import kernel_defines
+    from fuseplanner.kernels.families.fused.launch import kernel_defines
 
     batch, c1, c2, h, w = 3, 25, 41, 23, 21  # 25 x 23 x 21 and 41 x 23 x 21 are odd
     if kind == "pw_dw":

@@ -195,7 +195,7 @@ def test_pw_every_cluster_split(kind, ks, dtype, precision, monkeypatch):
     np_dt = np.float16 if dtype == "fp16" else np.float32
     x = cp.asarray(np.random.default_rng(ks).standard_normal(op.in_shape).astype(np_dt))
     params = [(cp.asarray(np.ones((37, 45), np_dt)), None)]
-    from fuseplanner.kernels import lbl
+    from fuseplanner.kernels.families.pw import launch as lbl
 
     launch = lbl.prepare_pw([op], tile, x, params, dtype=dtype, precision=precision, kind=kind)
     tiles_x = math.ceil(op.hw_out[0] / tile.th) * math.ceil(op.hw_out[1] / tile.tw)

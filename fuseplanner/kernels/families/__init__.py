@@ -1,3 +1,3 @@
-"""One module per kernel family: its tiles' meaning, shared memory and feasibility rules, and a
-family object (`fuseplanner.kernels.family.KernelFamily`) that also names its cost model, launcher and
-CUDA source. `fuseplanner.kernels.family` registers them."""
+"""One folder per kernel family: `__init__.py` (the family object, `fuseplanner.kernels.family.KernelFamily`:
+its tiles' meaning, shared memory and feasibility rules), `cost.py` (its cost model classes), `launch.py`
+(its launchers) and its CUDA sources. `fuseplanner.kernels.family` registers them."""

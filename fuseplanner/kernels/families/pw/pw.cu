@@ -14,7 +14,7 @@
 // Math paths (USE_TC): 0 = exact fp32 FMA with a register block of RF filters x RP pixels per
 // thread (A_THR threads along filters, THREADS / A_THR along pixels, the last of a thread's RP pixels
 // possibly past the tile; or FLAT = 1: outputs tid + r*THREADS, those past TF * P idle). Its shared-memory loads (fp32 only,
-// lbl.pw_variant): KVEC = 4 reads a filter's weights 4 channels at a time (one float4 per filter per 4
+// tiles.pw_variant): KVEC = 4 reads a filter's weights 4 channels at a time (one float4 per filter per 4
 // channels); PVEC = 2 or 4 gives each thread runs of PVEC neighbouring pixels, read and (where the
 // output rows allow) stored PVEC at a time, the runs of a warp's threads side by side (slot j of thread
 // tb: pixel (j / PVEC) * B_THR * PVEC + tb * PVEC + j % PVEC; the reads of slots past the tile stay
@@ -109,7 +109,7 @@ struct ChunkUnits {
         // rows: channels k0 + r (stride H*W) for NCHW X; filters f0 + r (W) or tokens y0 + r (CL X), stride C_in
         const int rbase = K_ROWS ? k0 : a0;
         const int rlimit = K_ROWS ? g.C_in : (IS_W ? g.C_out : g.Ho);
-        const int rstride = K_ROWS ? g.H * g.W : g.C_in;  // 32-bit offsets: lbl._check_pw_offsets bounds them
+        const int rstride = K_ROWS ? g.H * g.W : g.C_in;  // 32-bit offsets: launch._check_pw_offsets bounds them
 #pragma unroll
         for (int cb = 0; cb < CB; ++cb) {
             const int col = COLS >= THREADS ? cb * THREADS + tid : tid % COLS;

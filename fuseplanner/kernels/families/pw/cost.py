@@ -10,10 +10,10 @@ sector-rounded per row segment. Products run on tensor cores for fp16 (and fp32 
 from __future__ import annotations
 
 from fuseplanner.core.ir import Op, Tile
-from fuseplanner.cost.geometry import Geom, geom
-from fuseplanner.cost.requests import pw_write_sectors
-from fuseplanner.cost.traffic import row_sectors, sectors
-from fuseplanner.cost.work import (
+from fuseplanner.costbase.geometry import Geom, geom
+from fuseplanner.costbase.requests import pw_write_sectors
+from fuseplanner.costbase.traffic import row_sectors, sectors
+from fuseplanner.costbase.work import (
     PARAM_BYTES,
     KernelModel,
     Work,
@@ -29,6 +29,7 @@ from fuseplanner.cost.work import (
     whole_bytes,
     whole_map_out_sectors,
 )
+from fuseplanner.hw.spec import Hw
 from fuseplanner.kernels import tiles
 
 
@@ -54,10 +55,31 @@ def input_unique(g: Geom, e: int, b: int) -> float:
 class PwModel(KernelModel):
     """`pw` and `linear` (token-major when the op is linear)."""
 
+    #: Co-resident window sharing limited to the launch's first wave: Nsight Compute on the H100 shows
+    #: layer-by-layer PW launches of 1.5-7 waves reading 0.9-1.1 of their windows per filter tile from
+    #: L2, where the whole-launch share gave 0.2-0.55. The fused kinds' multi-wave launches keep the
+    #: whole-launch share: limited to the first wave it moved their records both ways (MobileNetV1
+    #: fp16 batch 4 DW->PW launches of 1,024-14,336 blocks, predicted / measured GMA 0.89 -> 1.45 for
+    #: some, 0.36 -> 0.96 for others; data/records/h100/holdout).
+    FIRST_WAVE_SHARING = True
+
     def setup(self) -> None:
         g, e = self.gs[0], self.e
         self.w_unique = pw_weight_unique(g, e)
         self.flops = 2.0 * g.macs
+
+    def issued(self, kind: str, ops: tuple, tile: Tile, dtype: str, precision: str, w: Work, ks: int, hw: Hw) -> Work:
+        """`w` with its blocks' issued work (`issued_per_block`) when the spec's load weight of its math
+        path is set (`pw_shared_load_weight` for exact fp32 on the CUDA cores, `pw_mma_load_weight` for
+        tensor cores) or its tile's outputs do not split evenly over its threads (the slots past the
+        tile count); else unchanged."""
+        load_w = ((hw.pw_mma_load_weight if uses_mma(ops[0], tile, dtype, precision) else hw.pw_shared_load_weight)
+                  if hw.pw_shared_load_weight or hw.pw_mma_load_weight else 0.0)
+        if load_w <= 0.0 and tile.tf * tile.th * tile.tw % tile.threads == 0:
+            return w  # both off (the bundled specs): no variant lookup on the planner's search path
+        # an uneven tile (tiles.UNEVEN_KINDS) always charges its issued work: its idle thread slots
+        # take issue time that its useful FLOPs over all its warps do not show
+        return w._replace(mma_issue=w.blocks * issued_per_block(ops[0], tile, dtype, precision, ks, load_w))
 
     def spatial(self, th: int, tw: int) -> tuple:
         g, e = self.gs[0], self.e
@@ -113,7 +135,7 @@ class PwModel(KernelModel):
         return self.combine(sp, ch, tile, b, residual)._replace(gma_write=float(b * self.gs[0].out_elems * self.e))
 
     def stores(self, w: Work, tile: Tile, b: int, precision: str, ks: int) -> Work:
-        """The writes as kernels/pw.cu's store instructions request them (`requests.pw_write_sectors`):
+        """The writes as pw.cu's store instructions request them (`requests.pw_write_sectors`):
         per warp instruction of its epilogue (the mma fragments' pixel pairs, the FMA register block's
         pixel runs, or, split over a cluster, item by item). The residual reads keep the distinct
         sector count: they load through L1, which serves a sector's second instruction."""
@@ -153,12 +175,12 @@ def _variant(op: Op, tile: Tile, dtype: str, precision: str) -> dict:
 
 
 def uses_mma(op: Op, tile: Tile, dtype: str, precision: str) -> bool:
-    """Whether kernels/pw.cu runs this tile on tensor cores (else exact fp32 FMAs on the CUDA cores)."""
+    """Whether pw.cu runs this tile on tensor cores (else exact fp32 FMAs on the CUDA cores)."""
     return bool(_variant(op, tile, dtype, precision)["USE_TC"])
 
 
 def issued_per_block(op: Op, tile: Tile, dtype: str, precision: str, ks: int, load_w: float) -> float:
-    """FLOP-equivalents one block of kernels/pw.cu issues on its busiest thread (exact fp32) or warp
+    """FLOP-equivalents one block of pw.cu issues on its busiest thread (exact fp32) or warp
     (tensor cores) over its channel chunks (every ks-th of them in a cluster split), times the threads or
     warps: per channel an RF x RP register block's FMAs plus `load_w` per operand load (RF / KVEC weight
     and RP / PVEC pixel loads; FLAT: one of each per output), or per k step a warp's WM_T x WN_T mma tiles

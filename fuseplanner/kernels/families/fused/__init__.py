@@ -1,4 +1,4 @@
-"""The fused family (`pw_dw`, `dw_pw`, `pw_pw`, `pw_dw_pw`, kernels/fused_<kind>.cu).
+"""The fused family (`pw_dw`, `dw_pw`, `pw_pw`, `pw_dw_pw`, fused_<kind>.cu).
 
 - ``pw_dw``: a block computes tf expanded (DW) channels x (th x tw) DW outputs. For each chunk of tc
   PW input channels it stages tc x halo window of the PW input and tf x tc PW weights, accumulating the
@@ -40,7 +40,7 @@ FUSED_RING_BYTES = 64 * 1024
 
 
 def fused_smem_layout(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> dict[str, int]:
-    """Bytes of each shared-memory buffer of a fused kernel (kernels/fused_<kind>.cu), in order.
+    """Bytes of each shared-memory buffer of a fused kernel (fused_<kind>.cu), in order.
 
     Exactly the kernels' layout: GEMM operands are At[K][M+8] (weights, transposed) and B[K][N+8]
     (activations) with K padded to 16, M (filters) to 16 and N (pixels) to 8, buffers 128-byte
@@ -82,7 +82,7 @@ def _fused_smem_layout(kind: str, ops: Sequence[Op], th: int, tw: int, tf: int, 
 
 def staged_window_width(ww: int, e: int) -> int:
     """Columns of a halo row as the pw_dw, dw_pw and pw_dw_pw kernels stage it: fp16 rows start at an
-    even map column and hold whole 4-byte pairs (kernels/fused_*.cu WWA)."""
+    even map column and hold whole 4-byte pairs (fused_*.cu WWA)."""
     return ww if e == 4 else _rup(ww + 1, 2)
 
 
@@ -143,7 +143,7 @@ def _ring_depth(kind: str, ops: Sequence[Op], tc: int, stage: int) -> int:
 
 
 def ring_stages(stage: int) -> int:
-    """Ring depth of the fused kernels for a stage of `stage` bytes (kernels/fused_*.cu STAGES): as
+    """Ring depth of the fused kernels for a stage of `stage` bytes (fused_*.cu STAGES): as
     many as fit in FUSED_RING_BYTES, between FUSED_MIN_STAGES and FUSED_MAX_STAGES; a stage larger
     than FUSED_RING_BYTES alone runs single-buffered (1: its copies do not overlap the math), so that
     wide layers (a 960- or 1152-channel PW input chunk) still have a feasible tile."""
@@ -153,7 +153,7 @@ def ring_stages(stage: int) -> int:
 
 
 def fused_stages(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> int:
-    """Ring depth of a fused kernel (kernels/fused_<kind>.cu STAGES): its block keeps stages - 1
+    """Ring depth of a fused kernel (fused_<kind>.cu STAGES): its block keeps stages - 1
     chunks in flight (pw_dw, dw_pw: at most one stage per chunk)."""
     if kind not in _STAGE_BYTES:
         raise ValueError(f"{kind!r} is not a fused kernel kind: use one of {', '.join(FUSED_KINDS)}")
@@ -194,8 +194,8 @@ class BlockGemm(NamedTuple):
 def block_gemms(kind: str, ops: Sequence[Op], tile: Tile, e: int) -> dict[str, BlockGemm]:
     """The block GEMMs of one channel chunk of a fused kind, by define prefix ("1": the first PW over
     the tile or staged window, "2": the last PW into the output tile), for element size `e`: what the
-    launcher compiles (kernels.fused.kernel_defines) and what the cost model charges
-    (cost.fused.issued_per_block)."""
+    launcher compiles (launch.kernel_defines) and what the cost model charges
+    (cost.issued_per_block)."""
     p, kp, mp = tile.th * tile.tw, _rup(tile.tc, 16), _rup(tile.tf, 16)
     out = {}
     if kind in ("pw_dw", "pw_dw_pw"):
@@ -214,9 +214,9 @@ def block_gemms(kind: str, ops: Sequence[Op], tile: Tile, e: int) -> dict[str, B
 
 def dw_rows_per_item(nch: int, th: int, tw: int, threads: int) -> int:
     """Output rows one thread item of a fused kernel's DW stencil covers (the DWV define of
-    kernels/fused_*.cu, dw_window): 4, 2 or 1, the most that divides th and still gives every thread of
-    the block an item. The launcher (kernels.fused.kernel_defines) and the cost model
-    (cost.fused._dw_issue) both read it here."""
+    fused_*.cu, dw_window): 4, 2 or 1, the most that divides th and still gives every thread of
+    the block an item. The launcher (launch.kernel_defines) and the cost model
+    (cost._dw_issue) both read it here."""
     for v in (4, 2):
         if th % v == 0 and nch * (th // v) * tw >= threads:
             return v
@@ -308,15 +308,15 @@ class FusedFamily:
         return self.output_rows(kind, tile)
 
     def cost_model(self, kind: str) -> type:
-        from fuseplanner.cost import fused
+        from fuseplanner.kernels.families.fused import cost
 
-        return {"pw_dw": fused.PwDwModel, "dw_pw": fused.DwPwModel, "pw_pw": fused.PwPwModel,
-                "pw_dw_pw": fused.PwDwPwModel}[kind]
+        return {"pw_dw": cost.PwDwModel, "dw_pw": cost.DwPwModel, "pw_pw": cost.PwPwModel,
+                "pw_dw_pw": cost.PwDwPwModel}[kind]
 
     def preparer(self, kind: str) -> Callable:
-        from fuseplanner.kernels import fused
+        from fuseplanner.kernels.families.fused import launch
 
-        return getattr(fused, f"prepare_{kind}")
+        return getattr(launch, f"prepare_{kind}")
 
 
 FUSED = FusedFamily()

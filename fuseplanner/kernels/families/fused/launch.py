@@ -1,4 +1,5 @@
-"""Fused kernels: PW->DW, DW->PW, PW->PW (also linear->act->linear) and PW->DW->PW (kernels/fused_*.cu).
+"""Launchers of the fused kernels: PW->DW, DW->PW, PW->PW (also linear->act->linear) and PW->DW->PW
+(fused_<kind>.cu beside this module).
 
 Each `prepare_<kind>` checks the arrays against the member ops, derives the kernel's compile-time
 configuration from the tile (layout per `fuseplanner.kernels.tiles`, the GEMM back end from dtype and
@@ -16,13 +17,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numpy as np
-
 from fuseplanner.core.errors import PlanError
 from fuseplanner.core.ir import Op, Tile, math_mode
 from fuseplanner.kernels import _build, tiles
 from fuseplanner.kernels._common import (
     ACT_CODES,
+    Launch,
     activation,
     bias_as,
     check_array,
@@ -30,6 +30,7 @@ from fuseplanner.kernels._common import (
     conv_out_hw,
     device_props,
     dtype_defines,
+    i32,
     linear_dims,
     null_ptr,
     output_array,
@@ -37,16 +38,11 @@ from fuseplanner.kernels._common import (
     weight_as,
 )
 from fuseplanner.kernels.families.fused import FUSED
-from fuseplanner.kernels.lbl import Launch
 from fuseplanner.kernels.tiles import fma_group, mma_group
 
 
 def _rup(a: int, b: int) -> int:
     return -(-a // b) * b
-
-
-def _i32(*vals: int) -> tuple:
-    return tuple(np.int32(v) for v in vals)
 
 
 def precision_code(dtype: str, precision: str) -> int:
@@ -125,7 +121,7 @@ SOURCES = {kind: FUSED.source(kind) for kind in FUSED.kinds}
 
 def kernel_defines(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, precision: str,
                    biases: Sequence[bool], residual: bool, split: int = 1, aligned: bool = True) -> dict[str, int]:
-    """Every #define of kernels/fused_<kind>.cu for this group, tile, dtype and precision (pure).
+    """Every #define of fused_<kind>.cu for this group, tile, dtype and precision (pure).
 
     `biases` says which member ops have a bias; `residual` whether a residual is added. `aligned` says
     whether the input pointer allows 4-byte copies (the halo or input tile then goes through cp.async
@@ -230,7 +226,7 @@ def prepare_pw_dw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp3
     grid = (math.ceil(ho / tile.th) * tiles_w, math.ceil(ce / tile.tf), n)
     nul = null_ptr(cp)
     args = (x, wp, _or(b1, nul), w2, _or(b2, nul), _or(residual, nul), out,
-            *_i32(c, ce, h, w, ho, wo, dw.pads[0], dw.pads[1], tiles_w))
+            *i32(c, ce, h, w, ho, wo, dw.pads[0], dw.pads[1], tiles_w))
     return _launch("pw_dw", ops, tile, dtype, precision, (b1 is not None, b2 is not None), residual, grid, args,
                    out, (x, wp, b1, w2, b2, residual), aligned=x.data.ptr % 4 == 0)
 
@@ -262,7 +258,7 @@ def prepare_dw_pw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp3
     grid = (math.ceil(ho / tile.th) * tiles_w * split, math.ceil(nf / tile.tf), n)
     nul = null_ptr(cp)
     args = (x, w1, _or(b1, nul), wp, _or(b2, nul), _or(residual, nul), out,
-            *_i32(c, nf, h, w, ho, wo, dw.pads[0], dw.pads[1], tiles_w))
+            *i32(c, nf, h, w, ho, wo, dw.pads[0], dw.pads[1], tiles_w))
     return _launch("dw_pw", ops, tile, dtype, precision, (b1 is not None, b2 is not None), residual, grid, args,
                    out, (x, w1, b1, wp, b2, residual), split=split, aligned=x.data.ptr % 4 == 0)
 
@@ -306,7 +302,7 @@ def prepare_pw_pw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp3
     tiles_w = math.ceil(w / tile.tw)
     grid = (math.ceil(h / tile.th) * tiles_w, math.ceil(c3 / tile.tf), n)
     nul = null_ptr(cp)
-    args = (x, w1p, _or(b1, nul), w2p, _or(b2, nul), _or(residual, nul), out, *_i32(c2, c3, h, w, tiles_w))
+    args = (x, w1p, _or(b1, nul), w2p, _or(b2, nul), _or(residual, nul), out, *i32(c2, c3, h, w, tiles_w))
     return _launch("pw_pw", ops, tile, dtype, precision, (b1 is not None, b2 is not None), residual, grid, args,
                    out, (x, w1p, b1, w2p, b2, residual), aligned=x.data.ptr % 4 == 0)
 
@@ -342,7 +338,7 @@ def prepare_pw_dw_pw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "
     grid = (math.ceil(ho / tile.th) * tiles_w, math.ceil(c3 / tile.tf), n)
     nul = null_ptr(cp)
     args = (x, w1p, _or(b1, nul), w2, _or(b2, nul), w3p, _or(b3, nul), _or(residual, nul), out,
-            *_i32(ce, c3, h, w, ho, wo, dw.pads[0], dw.pads[1], tiles_w))
+            *i32(ce, c3, h, w, ho, wo, dw.pads[0], dw.pads[1], tiles_w))
     return _launch("pw_dw_pw", ops, tile, dtype, precision, (b1 is not None, b2 is not None, b3 is not None),
                    residual, grid, args, out, (x, w1p, b1, w2, b2, w3p, b3, residual),
                    aligned=x.data.ptr % 4 == 0)

@@ -1,4 +1,4 @@
-"""The layer-by-layer depthwise family (`dw`, kernels/dw.cu): a block computes tf channels x (th x tw)
+"""The layer-by-layer depthwise family (`dw`, dw.cu): a block computes tf channels x (th x tw)
 output pixels; it stages the tf input planes of its halo window ((th-1)s+(k-1)d+1) x ((tw-1)s+(k-1)d+1)
 and the tf k x k filters. tc == tf."""
 
@@ -9,19 +9,19 @@ from collections.abc import Callable, Sequence
 from fuseplanner.core.ir import Op, Tile
 from fuseplanner.kernels.tile_common import ACC_BYTES, _halo, _rup
 
-#: Widest copy (bytes) of kernels/dw.cu's window staging: 8, not 16, since a staged row starts at a
+#: Widest copy (bytes) of dw.cu's window staging: 8, not 16, since a staged row starts at a
 #: column rounded down to the vector width and so holds up to 2 x (width - 1) columns it does not use.
 DW_VECTOR_BYTES = 8
 
 
 def dw_vector_elems(w: int, e: int) -> int:
-    """Elements per copy of kernels/dw.cu's window staging when the input is aligned: the widest
+    """Elements per copy of dw.cu's window staging when the input is aligned: the widest
     vector of at most DW_VECTOR_BYTES that divides a row of W elements of `e` bytes (1 when none does)."""
     return next((n // e for n in (8, 4) if n <= DW_VECTOR_BYTES and n >= 2 * e and w % (n // e) == 0), 1)
 
 
 def dw_row_stride(ops: Sequence[Op], tw: int, e: int) -> int:
-    """Elements between staged window rows in kernels/dw.cu (`LDX`) for a DW op's tiles `tw` outputs
+    """Elements between staged window rows in dw.cu (`LDX`) for a DW op's tiles `tw` outputs
     wide: the halo row staged as aligned vectors from a column rounded down to the vector width (at
     most VEC - 1 columns more on each side), so any vector width the launch uses fits."""
     vec = dw_vector_elems(ops[0].hw_in[1], e)
@@ -30,8 +30,8 @@ def dw_row_stride(ops: Sequence[Op], tw: int, e: int) -> int:
 
 def dw_lbl_rows_per_item(tf: int, th: int, tw: int, threads: int) -> int:
     """Output rows one thread item of the layer-by-layer DW kernel covers (the V define of
-    kernels/dw.cu): 4, 2 or 1, the most that divides th and splits the tile's items evenly over the
-    block's threads. The launcher (kernels.lbl) and the cost model (cost.dw) both read it here."""
+    dw.cu): 4, 2 or 1, the most that divides th and splits the tile's items evenly over the
+    block's threads. The launcher (`launch.py`) and the cost model (`cost.py`) both read it here."""
     return next((v for v in (4, 2) if th % v == 0 and (tf * (th // v) * tw) % threads == 0), 1)
 
 
@@ -82,14 +82,14 @@ class DwFamily:
         return self.output_rows(kind, tile)
 
     def cost_model(self, kind: str) -> type:
-        from fuseplanner.cost.dw import DwModel
+        from fuseplanner.kernels.families.dw.cost import DwModel
 
         return DwModel
 
     def preparer(self, kind: str) -> Callable:
-        from fuseplanner.kernels import lbl
+        from fuseplanner.kernels.families.dw.launch import prepare_dw
 
-        return lbl.prepare_dw
+        return prepare_dw
 
 
 DW = DwFamily()

@@ -1,23 +1,21 @@
-"""Layer-by-layer kernels: depthwise (kernels/dw.cu), pointwise and linear (kernels/pw.cu).
+"""Launcher of the pointwise and linear kernel (pw.cu beside this module).
 
-Each `prepare_*` checks the arrays, picks the kernel variant for the tile (vector widths, math path,
-thread mapping) and returns a `Launch` that runs the kernel when called; `run_*` prepares and runs.
-The tile itself must already have passed `tiles.check` (`fuseplanner.kernels.run` does that).
+`prepare_pw` / `prepare_linear` check the arrays, pick the kernel variant for the tile (vector widths,
+math path, thread mapping) and return a `Launch` that runs the kernel when called; `run_*` prepares
+and runs. The tile itself must already have passed `tiles.check` (`fuseplanner.kernels.run` does that).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-
-import numpy as np
 
 from fuseplanner.core.errors import PlanError
 from fuseplanner.core.ir import Op, Tile, dtype_bytes
-from fuseplanner.cost.work import cdiv
+from fuseplanner.costbase.work import cdiv
 from fuseplanner.kernels import _build, tiles
 from fuseplanner.kernels._common import (
+    Launch,
     bias_as,
     check_array,
     check_precision,
@@ -25,101 +23,17 @@ from fuseplanner.kernels._common import (
     device_props,
     dtype_defines,
     epilogue_defines,
+    i32,
     linear_dims,
     null_ptr,
     output_array,
     tf32_rounded,
+    vector_elems,
     weight_as,
 )
-from fuseplanner.kernels.families.dw import DW
 from fuseplanner.kernels.families.pw import PW
 
 
-@dataclass
-class Launch:
-    """One prepared kernel launch; calling it runs the kernel (asynchronously) and returns `out`."""
-
-    kernel: object
-    grid: tuple[int, int, int]
-    block: int
-    smem: int
-    args: tuple
-    out: object
-    defines: dict = field(default_factory=dict)
-    keep: tuple = ()  # arrays the arguments point into (kept alive with the launch)
-
-    def __call__(self):
-        _build.launch(self.kernel, self.grid, self.block, self.smem, self.args)
-        return self.out
-
-    def resources(self) -> dict[str, int]:
-        """The launch's shape and what the compiler gave its kernel (`_build.kernel_attributes`):
-        blocks, threads per block, dynamic shared memory, cluster size (1 without clusters)."""
-        blocks = self.grid[0] * self.grid[1] * self.grid[2]
-        return {"blocks": blocks, "threads": self.block, "smem_bytes": self.smem,
-                "cluster": int(self.defines.get("KS", 1)), **_build.kernel_attributes(self.kernel)}  # fmt: skip
-
-
-def _i32(*vals: int) -> tuple:
-    return tuple(np.int32(v) for v in vals)
-
-
-def _vector_elems(ptr: int, dtype: str, ok) -> int:
-    """Largest vector width (elements, 16/8/4 bytes) that `ok(width)` accepts and `ptr` is aligned to."""
-    e = dtype_bytes(dtype)
-    for nbytes in (16, 8, 4):
-        u = nbytes // e
-        if u >= 1 and ptr % nbytes == 0 and ok(u):
-            return u
-    return 0
-
-
-# ---- depthwise -------------------------------------------------------------------------------------
-def prepare_dw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp32", precision: str = "fp32",
-               residual=None, out=None) -> Launch:
-    """Prepare a depthwise convolution (channel multiplier 1) of NCHW `x` with `tile`."""
-    cp = _build.require_device()
-    check_precision(dtype, precision)
-    (op,) = ops
-    if op.kind != "dw" or op.groups != op.c_in or op.c_out != op.c_in:
-        raise PlanError(f"op {op.name} is not a depthwise convolution with channel multiplier 1")
-    if x.ndim != 4:
-        raise PlanError(f"dw input must be NCHW, got shape {tuple(x.shape)}")
-    n, c, h, w = x.shape
-    x = check_array(cp, x, (n, op.c_in, h, w), dtype, "x")
-    ho, wo = conv_out_hw(op, h, w)
-    if (ho, wo) != tuple(op.hw_out):
-        raise PlanError(f"op {op.name}: input {h}x{w} gives a {ho}x{wo} output, the op says {op.hw_out}")
-    (kh, kw), (sh, sw), (dh, dwl) = op.kernel, op.stride, op.dilation
-    wt, b = params[0]
-    wt = weight_as(cp, wt, (c, kh * kw), None, f"{op.name} weight")
-    b = bias_as(cp, b, c, f"{op.name} bias")
-    shape = (n, c, ho, wo)
-    out = output_array(cp, out, shape, dtype)
-    if residual is not None:
-        residual = check_array(cp, residual, shape, dtype, "residual")
-    th, tw, tf, threads = tile.th, tile.tw, tile.tf, tile.threads
-    v = tiles.dw_lbl_rows_per_item(tf, th, tw, threads)
-    e = dtype_bytes(dtype)
-    vec = _vector_elems(x.data.ptr, dtype, lambda u: 1 < u <= tiles.dw_vector_elems(w, e))
-    defines = {
-        **dtype_defines(dtype),
-        **epilogue_defines(op, b is not None, residual is not None),
-        "TH": th, "TW": tw, "TF": tf, "THREADS": threads, "KH": kh, "KW": kw, "SH": sh, "SW": sw,
-        "PAD_T": op.pads[0], "PAD_L": op.pads[1], "DIL_H": dh, "DIL_W": dwl, "V": v, "VEC": max(vec, 1),
-        "LDX": tiles.dw_row_stride(ops, tw, e),
-    }
-    kernel = _build.compile_kernel(*DW.source("dw"), defines)
-    tiles_w = math.ceil(wo / tw)
-    grid = (math.ceil(ho / th) * tiles_w, math.ceil(c / tf), n)
-    nul = null_ptr(cp)
-    args = (x, wt, b if b is not None else nul, residual if residual is not None else nul, out,
-            *_i32(c, h, w, ho, wo, tiles_w))
-    smem = tiles.smem_bytes("dw", ops, tile, dtype)
-    return Launch(kernel, grid, threads, smem, args, out, defines, (x, wt, b, residual))
-
-
-# ---- pointwise / linear ----------------------------------------------------------------------------
 def _pw_shapes(op: Op, kind: str, x) -> tuple[int, int, int, int, int, int, tuple, tuple]:
     """(N, C_in, H, W, Ho, Wo, x shape, out shape) of a pw/linear op applied to `x`."""
     if kind == "linear":
@@ -136,7 +50,7 @@ def _pw_shapes(op: Op, kind: str, x) -> tuple[int, int, int, int, int, int, tupl
 
 
 def _check_pw_offsets(name: str, tile: Tile, cl: bool, c_in, h, w, c_out, ho, wo, sh, sw) -> None:
-    """kernels/pw.cu's chunk copies address a weight matrix or one image with 32-bit element offsets,
+    """pw.cu's chunk copies address a weight matrix or one image with 32-bit element offsets,
     including the rows and columns of the last (partial) tile: refuse shapes whose largest offset does
     not fit, before launch."""
     k_pad = cdiv(c_in, tile.tc) * tile.tc
@@ -184,13 +98,13 @@ def prepare_pw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp32",
     kpad = tiles.PW_KPAD_BYTES // e
     stages = tiles.pw_stages(kind, tile, dtype)
     split = tiles.cluster_split(kind, ops, tile, n, device_props(cp), dtype)
-    xs_off = stages * tf * (tc + kpad) * e  # byte offset of the X stages (kernels/pw.cu)
+    xs_off = stages * tf * (tc + kpad) * e  # byte offset of the X stages (pw.cu)
     xld = tc + kpad if cl else th * tw + tiles.PW_XPAD
-    wu = _vector_elems(wt.data.ptr, dtype, lambda u: c_in % u == 0 and tc % u == 0)
+    wu = vector_elems(wt.data.ptr, dtype, lambda u: c_in % u == 0 and tc % u == 0)
     if cl:
-        xu = _vector_elems(x.data.ptr, dtype, lambda u: c_in % u == 0 and tc % u == 0 and xs_off % (u * e) == 0)
+        xu = vector_elems(x.data.ptr, dtype, lambda u: c_in % u == 0 and tc % u == 0 and xs_off % (u * e) == 0)
     else:
-        xu = _vector_elems(
+        xu = vector_elems(
             x.data.ptr, dtype,
             lambda u: u == 1 or (sw == 1 and tw % u == 0 and w % u == 0 and xld % u == 0 and xs_off % (u * e) == 0),
         )
@@ -206,7 +120,7 @@ def prepare_pw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp32",
     grid = (math.ceil(ho / th) * tiles_w * split, math.ceil(c_out / tf), n)
     nul = null_ptr(cp)
     args = (x, wt, b if b is not None else nul, residual if residual is not None else nul, out,
-            *_i32(c_in, h, w, c_out, ho, wo, tiles_w))
+            *i32(c_in, h, w, c_out, ho, wo, tiles_w))
     smem = tiles.smem_bytes(kind, ops, tile, dtype)
     return Launch(kernel, grid, threads, smem, args, out, defines, (x, wt, b, residual))
 
@@ -214,11 +128,6 @@ def prepare_pw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp32",
 def prepare_linear(ops, tile, x, params, **kw) -> Launch:
     """Prepare a linear layer over channel-last tokens (x: (..., C_in))."""
     return prepare_pw(ops, tile, x, params, kind="linear", **kw)
-
-
-def run_dw(ops, tile, x, params, *, dtype="fp32", precision="fp32", residual=None, out=None):
-    """Run a depthwise layer; returns the output array (NCHW)."""
-    return prepare_dw(ops, tile, x, params, dtype=dtype, precision=precision, residual=residual, out=out)()
 
 
 def run_pw(ops, tile, x, params, *, dtype="fp32", precision="fp32", residual=None, out=None):

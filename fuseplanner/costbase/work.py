@@ -20,8 +20,8 @@ import math
 from typing import Any, NamedTuple
 
 from fuseplanner.core.ir import Tile
-from fuseplanner.cost.geometry import Geom
-from fuseplanner.cost.traffic import (
+from fuseplanner.costbase.geometry import Geom
+from fuseplanner.costbase.traffic import (
     plane_windows_sectors,
     row_sectors,
     row_union_sectors,
@@ -32,7 +32,7 @@ from fuseplanner.cost.traffic import (
 #: Bytes per element of the parameters that every kernel keeps in fp32 whatever the storage dtype:
 #: biases (all kernels), and the weights of the dw kernel and of every fused kernel (their products
 #: accumulate in fp32 from fp32 weights; only the pw/linear kernel stores weights in the storage dtype,
-#: as mma operands). See kernels/*.cu: `const float* w...`.
+#: as mma operands). See the kernel sources (kernels/families/*/*.cu): `const float* w...`.
 PARAM_BYTES = 4
 
 
@@ -69,6 +69,16 @@ class Work(NamedTuple):
 class KernelModel:
     """Traffic and work of one kernel kind over one group of ops, for any tile and batch."""
 
+    #: Whether L2 merges the filter tiles' re-reads of an input window as `cost.model.coalesced` says
+    #: (`cost.model.coresident`).
+    MERGED_INPUT_REREADS = True
+    #: Whether co-resident blocks share their input windows (`traffic.coresident_share`) only within the
+    #: launch's first wave, not over the whole launch.
+    FIRST_WAVE_SHARING = False
+    #: Whether the time model caps the SM's issue rate (`cost.time.warp_rates`: the spec's
+    #: `sm_issue_warps`, or `fused_sm_issue_warps` for a fused kind).
+    ISSUE_CAPPED = True
+
     def __init__(self, gs: tuple[Geom, ...], e: int) -> None:
         self.gs, self.e = gs, e
         self._sp: dict[tuple[int, int], Any] = {}
@@ -95,6 +105,12 @@ class KernelModel:
     def l1_reuse(self, w: Work, tile: Tile, ks: int, cache: int, line: int) -> Work:
         """`w` with the reads that a block's L1 (`cache` bytes of `line`-byte lines) serves again across
         its own channel chunks moved from `gma_read` to `l1_hits`; unchanged by default."""
+        return w
+
+    def issued(self, kind: str, ops: tuple, tile: Tile, dtype: str, precision: str, w: Work, ks: int, hw: Any) -> Work:
+        """`w` with the FLOPs the launch's blocks issue on their critical path where the time model
+        charges them beyond the useful FLOPs (`cost.model.issued`; `hw`: the GPU's `hw.spec.Hw`);
+        unchanged by default."""
         return w
 
     #: Whether `bounded` gives a lower bound of the work (the tile search, `cost.best_tile`, then

@@ -10,10 +10,10 @@ on CUDA cores in fp32 (fp16 storage is widened).
 from __future__ import annotations
 
 from fuseplanner.core.ir import Tile
-from fuseplanner.cost.geometry import Geom
-from fuseplanner.cost.requests import tile_write_sectors, window_load_sectors
-from fuseplanner.cost.traffic import sectors, span_union
-from fuseplanner.cost.work import (
+from fuseplanner.costbase.geometry import Geom
+from fuseplanner.costbase.requests import tile_write_sectors, window_load_sectors
+from fuseplanner.costbase.traffic import sectors, span_union
+from fuseplanner.costbase.work import (
     PARAM_BYTES,
     KernelModel,
     Work,
@@ -55,6 +55,8 @@ def input_planes(g: Geom, tf: int) -> int:
 
 
 class DwModel(KernelModel):
+    ISSUE_CAPPED = False  # the spec's SM issue cap is the pw/linear kernel's and the fused kernels'
+
     def setup(self) -> None:
         g = self.gs[0]
         self.w_unique = dw_weight_unique(g)
@@ -124,7 +126,7 @@ class DwModel(KernelModel):
         return g.c * rows * cols * e / 32.0
 
     def window_reads(self, tile: Tile) -> float:
-        """Read sectors of one image's input as kernels/dw.cu stages the halo windows
+        """Read sectors of one image's input as dw.cu stages the halo windows
         (`requests.window_load_sectors`, in the vectors of `tiles.dw_vector_elems`)."""
         g, e = self.gs[0], self.e
         hh, ww = halo(g, tile.th, tile.tw)

@@ -1,4 +1,4 @@
-"""The layer-by-layer pointwise and linear family (`pw`, `linear`, kernels/pw.cu):
+"""The layer-by-layer pointwise and linear family (`pw`, `linear`, pw.cu):
 out[f, p] = sum_c W[f, c] x[c, p]. A block computes tf filters x (th x tw) pixels (tokens for linear),
 looping over input channels in chunks of tc through a cp.async ring: input chunk tc x th*tw and weight
 chunk tf x tc; deep reductions split over a thread-block cluster."""
@@ -13,7 +13,7 @@ from typing import NamedTuple
 from fuseplanner.core.ir import Op, Tile, dtype_bytes, math_mode
 from fuseplanner.kernels.tile_common import ACC_BYTES
 
-#: Row padding of the pw/linear kernel's shared-memory chunks (kernels/pw.cu XPAD, WPAD).
+#: Row padding of the pw/linear kernel's shared-memory chunks (pw.cu XPAD, WPAD).
 PW_XPAD = 8
 
 
@@ -36,7 +36,7 @@ PW_RING_BYTES = 64 * 1024
 PW_STAGES = PW_MAX_STAGES
 
 
-#: Row pad of the split pw/linear kernel's fp32 partial tile (kernels/pw.cu PPAD).
+#: Row pad of the split pw/linear kernel's fp32 partial tile (pw.cu PPAD).
 PW_PPAD = 4
 
 
@@ -61,7 +61,7 @@ def _pw_stage_bytes(kind: str, p: int, tf: int, tc: int, e: int) -> int:
 
 
 def pw_stages(kind: str, tile: Tile, dtype: str) -> int:
-    """Ring depth of the pw/linear kernel for `tile` (kernels/pw.cu STAGES)."""
+    """Ring depth of the pw/linear kernel for `tile` (pw.cu STAGES)."""
     return _pw_stages(pw_stage_bytes(kind, tile, dtype))
 
 
@@ -70,17 +70,17 @@ def _pw_stages(stage: int) -> int:
 
 
 def split_partial_bytes(tile: Tile) -> int:
-    """Bytes of a split pw/linear block's fp32 partial tile, Ps[tf][th*tw + PW_PPAD] (kernels/pw.cu)."""
+    """Bytes of a split pw/linear block's fp32 partial tile, Ps[tf][th*tw + PW_PPAD] (pw.cu)."""
     return tile.tf * (tile.th * tile.tw + PW_PPAD) * ACC_BYTES
 
 
-# ---- exact-fp32 register block of the pw/linear kernel (kernels/pw.cu USE_TC 0) ----------------------
-#: Share of a block's pixel slots the exact-fp32 register blocks may leave past the tile (kernels/pw.cu
+# ---- exact-fp32 register block of the pw/linear kernel (pw.cu USE_TC 0) ----------------------
+#: Share of a block's pixel slots the exact-fp32 register blocks may leave past the tile (pw.cu
 #: USE_TC 0, when the threads along pixels do not divide the tile's pixels).
 FMA_MAX_IDLE = 0.25
 
 
-#: Input channels from which an exact-fp32 tile reads pixels in runs (kernels/pw.cu PVEC) even where
+#: Input channels from which an exact-fp32 tile reads pixels in runs (pw.cu PVEC) even where
 #: its output rows cannot take the runs as vector stores: those outputs are then stored element by
 #: element, 2-4 words apart across a warp (2-4x the L2 write sectors of coalesced stores), which
 #: only a deep reduction's saved shared-memory reads outweigh.
@@ -100,7 +100,7 @@ class FmaSplit(NamedTuple):
 
 
 def pixel_vector(rp: int, b: int, xld: int, widths: Sequence[int] = (4, 2)) -> int:
-    """Pixels a thread of the exact-fp32 register block reads at a time (kernels/pw.cu PVEC): the first
+    """Pixels a thread of the exact-fp32 register block reads at a time (pw.cu PVEC): the first
     of `widths` that divides its RP pixel slots and the row of `xld` words (so the reads stay aligned)
     with the block's b * rp pixel slots inside that padded row; otherwise 1 (single pixels)."""
     for pv in widths:
@@ -181,7 +181,7 @@ def mma_grid(tf: int, p: int, warps: int) -> tuple[int, int, int, int] | None:
 
 def pw_variant(tile: Tile, dtype: str, precision: str, kind: str = "pw", wo: int = 0,
                c_in: int = 0) -> dict[str, int]:  # fmt: skip
-    """Math-path defines of kernels/pw.cu for `tile`: USE_TC and its warp grid, or the FMA mapping
+    """Math-path defines of pw.cu for `tile`: USE_TC and its warp grid, or the FMA mapping
     (`fma_split`: in fp32 weights read 4 channels at a time, KVEC, and pixels in runs, PVEC)."""
     p, tf, tc, threads = tile.th * tile.tw, tile.tf, tile.tc, tile.threads
     use_tc = math_mode(dtype, precision)
@@ -221,7 +221,7 @@ class PwFamily:
         return None
 
     def smem(self, kind: str, ops: Sequence[Op], th: int, tw: int, tf: int, tc: int, e: int) -> int:
-        # kernels/pw.cu: a pw_stages()-deep ring of pw_stage_bytes() stages
+        # pw.cu: a pw_stages()-deep ring of pw_stage_bytes() stages
         # weights Ws[tf][tc + PW_KPAD_BYTES/e], inputs Xs[tc][p + PW_XPAD] (NCHW) or Xs[p][tc + pad] (linear)
         stage = _pw_stage_bytes(kind, th * tw, tf, tc, e)
         return _pw_stages(stage) * stage
@@ -245,14 +245,14 @@ class PwFamily:
         return tile.threads  # its warp grid or register block follows its threads
 
     def cost_model(self, kind: str) -> type:
-        from fuseplanner.cost.pw import PwModel
+        from fuseplanner.kernels.families.pw.cost import PwModel
 
         return PwModel
 
     def preparer(self, kind: str) -> Callable:
-        from fuseplanner.kernels import lbl
+        from fuseplanner.kernels.families.pw import launch
 
-        return getattr(lbl, f"prepare_{kind}")
+        return getattr(launch, f"prepare_{kind}")
 
 
 PW = PwFamily()

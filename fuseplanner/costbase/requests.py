@@ -1,7 +1,7 @@
 """L2 sectors of the warp-wide loads and stores that the kernels issue item by item over a tile: the
-output stores of kernels/dw.cu, of the fused kernels' DW stencil (`dw_window`) and of their staged
-final tiles (kernels/fused_*.cu), and the window staging of kernels/dw.cu; counted instruction by
-instruction. And the register epilogue of kernels/pw.cu (`pw_write_sectors`, at the end), whose
+output stores of kernels/families/dw/dw.cu, of the fused kernels' DW stencil (`dw_window`) and of their staged
+final tiles (kernels/families/fused/fused_*.cu), and the window staging of kernels/families/dw/dw.cu; counted instruction by
+instruction. And the register epilogue of kernels/families/pw/pw.cu (`pw_write_sectors`, at the end), whose
 warps' stores of one instruction merge.
 
 L2 sees, for every warp instruction, one request per 32-byte sector its active lanes touch
@@ -19,7 +19,7 @@ another:
   several channels; rows 1 .. V - 1 apart, which share sectors where rows are narrower than a
   sector, are written by different instructions, and a row segment that a warp boundary splits is
   written twice;
-- window loads (kernels/dw.cu `stage_window`): a unit is an aligned vector of VEC elements, NX the
+- window loads (kernels/families/dw/dw.cu `stage_window`): a unit is an aligned vector of VEC elements, NX the
   vectors that cover a halo row from its start rounded down to VEC, NY the window's rows, V = 1;
   units outside the map are not loaded (zero-filled).
 
@@ -164,7 +164,7 @@ def window_load_sectors(c: int, h: int, w: int, e: int, tf: int, hh: int, ww: in
                         sw: int, pt: int, pl: int, vec: int, union: bool = False) -> float:  # fmt: skip
     """Read sectors of one image's input (c planes of h x w, `e`-byte elements) when blocks of tf
     planes stage hh x ww windows starting at (ty x sh - pt, tx x sw - pl) for nty x ntx tiles, in
-    aligned vectors of `vec` elements from the window's first column rounded down to `vec` (kernels/dw.cu
+    aligned vectors of `vec` elements from the window's first column rounded down to `vec` (kernels/families/dw/dw.cu
     `stage_window`; vec = 1: element by element from the first column), averaged over the images
     whose byte phases differ; per instruction, or (`union`) the distinct sectors of each block."""
     nx = (ww + 2 * vec - 2) // vec if vec > 1 else ww
@@ -184,7 +184,7 @@ def window_load_sectors(c: int, h: int, w: int, e: int, tf: int, hh: int, ww: in
 
 @lru_cache(maxsize=4096)
 def _pw_lanes(tf: int, th: int, tw: int, threads: int, ks: int, variant: tuple, vec_ok: bool) -> np.ndarray:
-    """[instruction, thread x element] tile items f x P + p (-1: none) of kernels/pw.cu's output
+    """[instruction, thread x element] tile items f x P + p (-1: none) of kernels/families/pw/pw.cu's output
     stores, one row per store instruction that every warp of the block issues, for the math path
     `variant` (`tiles.pw_variant` as a tuple of items). Runs of N outputs store as one N-wide
     instruction where `vec_ok` (`store_outv`: NCHW, tw and the map width multiples of N) and the run
@@ -282,7 +282,7 @@ def _rising_sectors(sec: np.ndarray, ok: np.ndarray) -> np.ndarray:
 @lru_cache(maxsize=16384)
 def pw_write_sectors(co: int, ho: int, wo: int, e: int, cl: bool, tf: int, th: int, tw: int, threads: int,
                      ks: int, variant: tuple) -> float:  # fmt: skip
-    """Write sectors of one image's output from kernels/pw.cu (`cl`: token-major, ho tokens of co
+    """Write sectors of one image's output from kernels/families/pw/pw.cu (`cl`: token-major, ho tokens of co
     channels, th tokens per tile; else NCHW co planes of ho x wo, th x tw pixels per tile), per store
     instruction of the math path `variant`, averaged over the images whose byte phases differ.
 

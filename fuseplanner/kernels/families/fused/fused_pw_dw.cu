@@ -18,7 +18,7 @@
 // prefetched through registers one chunk ahead.
 //
 // Defines: T_HALF PREC THREADS TH TW TF TC KH KW SH SW DLH DLW ACT1 ACT2 HAS_B1 HAS_B2 HAS_RES
-//          G1M G1N ME1 NE1 (GEMM groups, from fuseplanner/kernels/fused.py) DWV STAGES XA TFP SMEM_TOTAL.
+//          G1M G1N ME1 NE1 (GEMM groups, from launch.py beside this file) DWV STAGES XA TFP SMEM_TOTAL.
 #include "fused_common.cuh"
 
 #ifndef XA

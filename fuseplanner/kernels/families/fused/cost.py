@@ -28,13 +28,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from fuseplanner.core.ir import Tile
-from fuseplanner.cost.dw import dw_weight_sectors, dw_weight_unique, halo
-from fuseplanner.cost.geometry import Geom
-from fuseplanner.cost.pw import input_unique, pw_weight_unique
-from fuseplanner.cost.requests import tile_write_sectors
-from fuseplanner.cost.traffic import plane_windows_sectors, row_sectors, sectors, span_total
-from fuseplanner.cost.work import (
+from fuseplanner.core.ir import Tile, math_mode
+from fuseplanner.core.kinds import DTYPE_BYTES
+from fuseplanner.costbase.geometry import Geom
+from fuseplanner.costbase.requests import tile_write_sectors
+from fuseplanner.costbase.traffic import plane_windows_sectors, row_sectors, sectors, span_total
+from fuseplanner.costbase.work import (
     PARAM_BYTES,
     KernelModel,
     Work,
@@ -50,7 +49,10 @@ from fuseplanner.cost.work import (
     window_sectors,
     window_unique,
 )
+from fuseplanner.hw.spec import Hw
 from fuseplanner.kernels import tiles
+from fuseplanner.kernels.families.dw.cost import dw_weight_sectors, dw_weight_unique, halo
+from fuseplanner.kernels.families.pw.cost import input_unique, pw_weight_unique
 
 
 def expansion_window(gp: Geom, gd: Geom, th: int, tw: int, e: int) -> tuple[float, float, int, int]:
@@ -80,6 +82,19 @@ class FusedModel(KernelModel):
         self.w_unique = sum(dw_weight_unique(g) if g.depthwise else pw_weight_unique(g, PARAM_BYTES) for g in self.gs)
         self.useful = 2.0 * sum(g.macs for g in self.gs)
         self._floored = False
+
+    def issued(self, kind: str, ops: tuple, tile: Tile, dtype: str, precision: str, w: Work, ks: int, hw: Hw) -> Work:
+        """`w` with the FLOPs its blocks issue on their critical path (`issued_per_block`: the GEMM work
+        split per thread or warp, tensor-core padding and idle units included, and the padded DW
+        stencil chunk; `epilogue_issue`: the element-wise epilogue at the spec's
+        `fused_epilogue_weight`; `window_epilogue_issue`: the expansion's window epilogue at the spec's
+        `fused_window_epilogue_weight`), which the time model charges at the fused warp rates (the
+        epilogues, on the CUDA cores, at the DW stencil's)."""
+        dw, pw = _issued(kind, ops, tile, DTYPE_BYTES[dtype], math_mode(dtype, precision), hw.fused_shared_load_weight,
+                         hw.fused_window_epilogue_weight)
+        n = w.blocks / ks
+        epi = epilogue_issue(kind, ops, tile, ks, hw.fused_epilogue_weight, hw.fused_shared_load_weight)
+        return w._replace(cuda_issue=(dw + epi) * n, mma_issue=pw * n)
 
     def bounded(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
         """`combine` with the output's write sectors at its bytes / 32 (`written`): a sector request
@@ -136,6 +151,14 @@ class FusedModel(KernelModel):
 
 
 class PwDwModel(FusedModel):
+    #: L2 does not merge the filter tiles' re-reads of an input window: Nsight Compute on the H100
+    #: shows PW->DW and DW->PW launches of 8-64 blocks (2 spatial tiles, 4-8 filter tiles) reading
+    #: their windows once per filter tile, where `coalesced` merges 4 readers 2 blocks apart into one;
+    #: the layer-by-layer PW, pw_pw and pw_dw_pw inputs merge as it says (records in
+    #: data/records/h100). Why these two kinds differ is not known: their windows are halo windows
+    #: copied per channel chunk with 4-byte copies, the others' 16-byte tiles or one staged window.
+    MERGED_INPUT_REREADS = False
+
     def spatial(self, th: int, tw: int) -> tuple:
         gp, gd = self.gs
         in_plane, in_req, rows, cols = expansion_window(gp, gd, th, tw, self.e)
@@ -188,6 +211,8 @@ def _rup(a: int, b: int) -> int:
 
 
 class DwPwModel(FusedModel):
+    MERGED_INPUT_REREADS = False  # as PwDwModel's halo windows
+
     def spatial(self, th: int, tw: int) -> tuple:
         gd, gp = self.gs
         e = self.e
@@ -282,7 +307,7 @@ class PwDwPwModel(FusedModel):
 
 @lru_cache(maxsize=16384)
 def _gemm_issue(g: tiles.BlockGemm, threads: int, prec: int, load_w: float) -> float:
-    """FLOP-equivalents a block of `threads` spends on one block GEMM `g` (kernels/fused_common.cuh) as
+    """FLOP-equivalents a block of `threads` spends on one block GEMM `g` (fused_common.cuh) as
     its busiest unit executes it, times the units: a unit (a thread for exact fp32, a warp for tensor
     cores) runs ceil(groups / units) micro-tiles of the work split the launcher picks, each k step
     costing its FMAs (or mma instructions) plus `load_w` (the spec's `fused_shared_load_weight`) per
@@ -308,7 +333,7 @@ def _unit_split(g: tiles.BlockGemm, threads: int, prec: int) -> tuple[int, int, 
 
 def issued_per_block(kind: str, ops: tuple, tile: Tile, e: int, prec: int, load_w: float) -> tuple[float, float]:
     """(DW FLOPs, PW FLOP-equivalents) one block of a fused kernel (no cluster split) issues on its
-    critical path over all its channel chunks (kernels/fused_*.cu): each chunk's block GEMMs
+    critical path over all its channel chunks (fused_*.cu): each chunk's block GEMMs
     (`tiles.block_gemms`) by `_gemm_issue`, the DW stencil by `_dw_issue` over the chunk's tc channels
     (dw_pw, pw_dw_pw; tf channels once for pw_dw).
     `prec`: 0 exact fp32, 1 TF32, 2 fp16; `load_w`: FMA-equivalents of one shared operand load."""
@@ -324,7 +349,7 @@ def issued_per_block(kind: str, ops: tuple, tile: Tile, e: int, prec: int, load_
 
 
 #: Fused kinds whose blocks end in a staged epilogue: the accumulator tile goes to shared memory and the
-#: threads then store it element by element with bias, activation and residual (kernels/fused_dw_pw.cu,
+#: threads then store it element by element with bias, activation and residual (fused_dw_pw.cu,
 #: fused_pw_dw_pw.cu, fused_pw_pw.cu). pw_dw stores each DW output from registers as it computes it.
 STAGED_EPILOGUE_KINDS = frozenset({"dw_pw", "pw_dw_pw", "pw_pw"})
 
@@ -337,7 +362,7 @@ def epilogue_issue(kind: str, ops: tuple, tile: Tile, ks: int, epi_w: float, loa
     memory, index arithmetic, bias, activation, residual, a global store) plus, in a cluster split,
     `load_w` for each of the other ks - 1 blocks' partial sums it reads over distributed shared
     memory. pw_pw also stages its first PW element by element in every chunk (bias, ACT1: tc x th x tw
-    rounded up to the GEMM's 16 x 8 tiles, kernels/fused_pw_pw.cu), at the same weight."""
+    rounded up to the GEMM's 16 x 8 tiles, fused_pw_pw.cu), at the same weight."""
     if kind not in STAGED_EPILOGUE_KINDS or not epi_w:
         return 0.0
     t = tile.threads
@@ -351,14 +376,14 @@ def epilogue_issue(kind: str, ops: tuple, tile: Tile, ks: int, epi_w: float, loa
 
 
 #: Fused kinds whose first block GEMM stores the expansion's staged window through `window_epilogue`
-#: (kernels/fused_common.cuh: bias + ACT1, 0 outside the map or past the channels, a shared store per
+#: (fused_common.cuh: bias + ACT1, 0 outside the map or past the channels, a shared store per
 #: element): pw_dw_pw in every chunk, pw_dw in its last (its other chunks add their products to the
 #: sums in shared memory; charging those too fitted the records of data/records/h100 worse).
 WINDOW_EPILOGUE_KINDS = frozenset({"pw_dw", "pw_dw_pw"})
 
 
 def stream_elements(g: tiles.BlockGemm, threads: int, prec: int) -> int:
-    """Elements of a streamed block GEMM `g` (gemm_stream, kernels/fused_common.cuh) the busiest thread of
+    """Elements of a streamed block GEMM `g` (gemm_stream, fused_common.cuh) the busiest thread of
     a block writes to shared memory: its unit's ceil(groups / units) micro-tiles (`_unit_split`, as
     `_gemm_issue` charges them), each GM x GN elements per thread for exact fp32, GM x GN / 32 per lane of a warp's mma
     tiles (padding included)."""
@@ -393,3 +418,9 @@ def _dw_issue(nch: int, tile: Tile, dw, load_w: float) -> float:
     rows = (v - 1) * dw.stride[0] + (kh - 1) * dw.dilation[0] + 1
     per_item = v * kh * kw + load_w * (rows * kw + kh * kw)
     return float(-(-items // tile.threads) * tile.threads * 2 * per_item)
+
+
+@lru_cache(maxsize=65536)
+def _issued(kind: str, ops: tuple, tile: Tile, e: int, prec: int, load_w: float, win_w: float) -> tuple[float, float]:
+    dw, pw = issued_per_block(kind, ops, tile, e, prec, load_w)
+    return dw + window_epilogue_issue(kind, ops, tile, e, prec, win_w), pw
