@@ -49,7 +49,7 @@ def hits(path: str, text: str) -> list[str]:
             if (path, name) not in ALLOWED and pat.search(line):
                 found.append(f"{path}:{n}: {name}: {line.strip()[:120]}")
         table_row = line.lstrip().startswith("|")
-        fit_date = path.startswith("gpu_specs/") and FIT_DATE.match(line.strip())
+        fit_date = path.startswith(("gpu_specs/", "data/records/")) and FIT_DATE.match(line.strip())
         if DATE.search(line) and path not in DATES_ANYWHERE and not (path in DATES_IN_TABLES and table_row) \
                 and not fit_date:
             found.append(f"{path}:{n}: date: {line.strip()[:120]}")
