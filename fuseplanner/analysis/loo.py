@@ -171,7 +171,7 @@ def _cells(s: ModelScore) -> tuple[str, ...]:
             f"{s.kept}: {cell_mp(s.time_kept.median, s.time_kept.p90)}", cell_mp(s.gma.median, s.gma.p90), dec)  # fmt: skip
 
 
-COLUMNS = ("left-out model", "fitted on", "n", "time", "time, new layers only (n)", "GMA", "fuse decisions")
+COLUMNS = ("model", "fitted on", "n", "time", "time, new layers only (n)", "GMA", "fuse decisions")
 
 
 def loo_tables(result: LooResult, spec_name: str) -> list[Table]:
