@@ -7,7 +7,9 @@ occurs in the training runs, so a test score counts only configurations the fit 
 `dedup_accuracy` scores both the full and the deduplicated test set. `per_model` groups runs by model
 and scores each model's records alone: with runs re-predicted by a spec fitted without that model
 (`fuseplanner calibrate --from-results` on the other models' records), this is leave-one-model-out
-accuracy; on a spec fitted on every model it is the in-sample error split by model.
+accuracy; on a spec fitted on every model it is the in-sample error split by model. `layer_key` is
+the key without the model's name (the same layers in another model count as seen): what
+`fuseplanner.analysis.loo` deduplicates a left-out model's records against.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from fuseplanner.analysis.accuracy import METRICS, Errors, metric_apes
 from fuseplanner.analysis.runs import Run
@@ -26,6 +29,22 @@ def record_key(run: Run, record: Record) -> tuple:
     meta = run.data.meta
     tiles = json.dumps([t.as_dict() for t in record.tiles], sort_keys=True)
     return (meta.model, meta.dtype, int(meta.batch or 0), tuple(record.nodes), tiles)
+
+
+def layer_key(run: Run, record: Record, graph: Any) -> tuple:
+    """(dtype, precision, batch, launch kinds, residual, each member layer's kind, shapes, window and
+    epilogue, tiles) of one record of `run` whose model is `graph`: the key `record_key` has without
+    the model's name, so the same layer configuration of two models counts as one."""
+    meta = run.data.meta
+    batch = int(meta.batch or 0)
+    ops = tuple(_layer(graph.op(n).with_batch(batch)) for n in record.nodes)
+    tiles = json.dumps([t.as_dict() for t in record.tiles], sort_keys=True)
+    return (meta.dtype, meta.precision, batch, tuple(record.step_kinds), record.residual, ops, tiles)
+
+
+def _layer(op: Any) -> tuple:
+    return (op.kind, op.op_type, op.input_shapes, op.output_shapes, op.kernel, op.stride, op.pads, op.dilation,
+            op.groups, op.epilogue)  # fmt: skip
 
 
 def training_keys(train: Sequence[Run]) -> frozenset[tuple]:

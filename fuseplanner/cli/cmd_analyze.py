@@ -15,6 +15,7 @@ HELP = {
     "tiles": "the tiles the planner gives layers swept alone (--tiles layers) against the measured best",
     "registers": "the compiled-register table refitted to recorded launches, and launches over the ceiling",
     "plans": "whole plans' summed predicted and measured time (compare specs' plans on one GPU)",
+    "generalisation": "each training model's records scored with the spec, and with --loo refitted without that model",
 }
 
 
@@ -50,6 +51,14 @@ def _options(parsers: dict) -> None:
     a.add_argument("--train", nargs="+", default=None, metavar="RESULTS",
                    help="the runs the spec was fitted on: also score RESULTS without the records whose (model, dtype, "
                    "batch, nodes, tile) a training record has, and each model's records alone")
+    g = parsers["generalisation"]
+    g.add_argument("--train", nargs="+", required=True, metavar="RESULTS",
+                   help="the runs the spec's kernel fields were fitted on (each model's are scored too)")
+    g.add_argument("--loo", action="store_true", help="leave one model out: refit the kernel fields (the bundled "
+                   "fit's stages, fit_records.BUNDLED_STAGES) on the other models' training runs and score the model")
+    g.add_argument("--max-iter", type=int, default=400, metavar="N",
+                   help="Nelder-Mead iterations per fitted stage with --loo (default 400, as the bundled fit)")
+    g.add_argument("--jobs", type=int, default=1, metavar="N", help="left-out models refitted at once (default 1)")
     r = parsers["registers"]
     r.add_argument("--python", action="store_true", help="also print the fitted table as Python (registers.COMPILED)")
     r.add_argument("--compile", action="store_true", help="compile the runs' fused tiles with nvcc (on PATH; "
@@ -165,5 +174,21 @@ def run_plans(args: argparse.Namespace) -> int:
     return _show([totals_table([plan_total(r) for r in runs])], args)
 
 
+def run_generalisation(args: argparse.Namespace) -> int:
+    from fuseplanner.analysis import loo
+    from fuseplanner.core.errors import AnalysisError
+    from fuseplanner.hw.spec import gpu
+
+    if args.jobs < 1 or args.max_iter < 1:
+        raise AnalysisError("--jobs and --max-iter must be at least 1")
+    check_output_path(args.markdown, "--markdown", allow_stdout=True)
+    spec = gpu(args.gpu)
+    fitter = loo.staged_fit if args.loo else loo.no_refit
+    result = loo.leave_one_model_out(spec, args.results, args.train, max_iter=args.max_iter, jobs=args.jobs,
+                                     fitter=fitter)  # fmt: skip
+    tables = loo.loo_tables(result, spec.name)
+    return _show(tables if args.loo else tables[1:], args)
+
+
 RUNNERS = {"accuracy": run_accuracy, "decisions": run_decisions, "tiles": run_tiles, "registers": run_registers,
-           "plans": run_plans}  # fmt: skip
+           "plans": run_plans, "generalisation": run_generalisation}  # fmt: skip

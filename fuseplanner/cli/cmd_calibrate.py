@@ -44,8 +44,12 @@ def register(subparsers) -> None:
     p.add_argument("--no-sweep", action="store_true", help="measure the GPU facts only (no micro-sweep, no kernel fit)")
     p.add_argument("--ncu", action="store_true", help="read Nsight Compute L2 counters of the sweep too, to fit the "
                    "fused kernels' L2 weight fractions (slower; without it they are kept from the starting fit)")
-    p.add_argument("--resamples", type=int, default=8, metavar="N",
-                   help="bootstrap resamples for each fitted value's interval (default 8; 0: none)")
+    p.add_argument("--resamples", type=int, default=None, metavar="N",
+                   help="bootstrap resamples for each fitted value's interval (default 8 for the micro-sweep, 0 with "
+                   "--from-results: there each resample is a full refit, and the report flags values the records "
+                   "cannot identify; 0: none)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="with --from-results --resamples: bootstrap refits run at once (default 1)")
     p.add_argument("--from-sweep", default=None, metavar="SWEEP_JSON",
                    help="fit the kernel parameters to a saved micro-sweep (FILE.sweep.json.gz, written by "
                    "`calibrate --out FILE`) instead of measuring (no GPU); --gpu names the spec to start from")
@@ -119,23 +123,43 @@ def _from_results(args: argparse.Namespace) -> int:
         raise FusePlannerError("no record of these results can be launched with the current kernels: nothing to fit")
     only = [f.strip() for f in args.fit.split(",") if f.strip()] if args.fit else None
     result = fit.fit_spec(base, samples, only=only)
+    ident = _record_intervals(args, base, samples, only, result.values)
     out = Path(args.out or f"{base.name}_fitted.toml")
     d = spec_dict(base)
     for key in ("name", "fit_from"):
         d.pop(key, None)
-    d["fit"] = fit.kernel_fit(base, result, args.from_results, meta).model_dump(mode="json", exclude={"borrowed"})
+    kf = fit.kernel_fit(base, result, args.from_results, meta)
+    if ident is not None:
+        kf = kf.model_copy(update={"ci": {**kf.ci, **{s.name: (s.lo, s.hi) for s in ident.spreads}}})
+    d["fit"] = kf.model_dump(mode="json", exclude={"borrowed"})
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(to_toml(d, {}))
     if args.json:
-        sys.stdout.write(json.dumps({**result.as_dict(), "spec": str(out)}, indent=1) + "\n")
+        extra = {"ci": kf.ci, "flagged": list(ident.flagged)} if ident is not None else {}
+        sys.stdout.write(json.dumps({**result.as_dict(), **extra, "spec": str(out)}, indent=1, default=float) + "\n")
         return 0
     for k, v in result.values.items():
         sys.stdout.write(f"{k} = {v:g}\n")
+    if ident is not None:
+        from fuseplanner.validation.bootstrap import report_lines
+
+        sys.stdout.write("\n".join(report_lines(ident)) + "\n")
     b, a = result.before, result.after
     dec = f", fuse decisions agreeing {b['decisions']:.1f}% -> {a['decisions']:.1f}%" if "decisions" in a else ""
     sys.stdout.write(f"{result.n_time} records: median time APE {b['time']:.1f}% -> {a['time']:.1f}%, "
                      f"GMA {b['gma']:.1f}% -> {a['gma']:.1f}%{dec}\nwrote {out}\n")
     return 0
+
+
+def _record_intervals(args: argparse.Namespace, base, samples, only, values: dict):
+    """Bootstrap spreads of a --from-results fit (None without --resamples)."""
+    from fuseplanner.validation.fit_records import record_identifiability
+
+    if not args.resamples:
+        return None
+    if args.resamples < 2 or args.jobs < 1:
+        raise FusePlannerError("--resamples needs at least 2 resamples and --jobs at least 1")
+    return record_identifiability(base, samples, only, values, args.resamples, jobs=args.jobs)
 
 
 def _fit_report(result, kf, out: Path) -> None:
@@ -170,7 +194,8 @@ def _sweep_fit(args: argparse.Namespace, start, records: list[dict], meta: dict,
         raise FusePlannerError(f"{path}: no sweep record ran correctly: nothing to fit")
     if args.from_scratch:
         start = sweep.scratch(start)
-    result = fit_sweep(start, samples, sweep.FIT_FIELDS, resamples=max(0, args.resamples))
+    resamples = 8 if args.resamples is None else max(0, args.resamples)
+    result = fit_sweep(start, samples, sweep.FIT_FIELDS, resamples=resamples)
     return result, sweep_kernel_fit(start, result, str(path), meta)
 
 

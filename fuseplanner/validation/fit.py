@@ -370,10 +370,12 @@ FITTABLE = (*RATE_FIELDS.values(), *L2_FRACTION_FIELDS.values(), *EXPONENT_FIELD
             *LBL_LOAD_WEIGHT_FIELDS, *SECONDS_FIELDS, THRESHOLD_FIELD)
 
 
-def fit_spec(spec: Any, samples: Sequence[Sample], max_iter: int = 400, only: Sequence[str] | None = None) -> Fit:
+def fit_spec(spec: Any, samples: Sequence[Sample], max_iter: int = 400, only: Sequence[str] | None = None,
+             restart: bool = True) -> Fit:  # fmt: skip
     """Fit the kernel-efficiency fields the samples can inform; `spec` is not changed. `only` restricts
     the fit to those fields (the others keep the spec's values): e.g. the fused kernels' fields after a
-    change to the fused kernels alone, measured on fewer models than the spec was fitted on."""
+    change to the fused kernels alone, measured on fewer models than the spec was fitted on. Without
+    `restart`, the time fields are fitted from the spec's values alone (a bootstrap refit from the point fit)."""
     from scipy.optimize import minimize
 
     if not samples:
@@ -382,7 +384,8 @@ def fit_spec(spec: Any, samples: Sequence[Sample], max_iter: int = 400, only: Se
     if unknown:
         raise FusePlannerError(f"cannot fit {', '.join(unknown)}: fittable fields are {', '.join(FITTABLE)}")
     keep = (lambda n: True) if only is None else (lambda n: n in only)
-    values: dict[str, float] = {k: v for k, v in _fit_fractions(spec, samples).items() if keep(k)}
+    fractions = _fit_fractions(spec, samples) if any(keep(k) for k in L2_FRACTION_FIELDS.values()) else {}
+    values: dict[str, float] = {k: v for k, v in fractions.items() if keep(k)}
     names = [n for n in _rate_fields(samples) if keep(n)]
     for name in (CORESIDENT_FIELD, SM_CAP_FIELD, LOAD_WEIGHT_FIELD, EPILOGUE_FIELD, WINDOW_EPILOGUE_FIELD,
                  LBL_SM_CAP_FIELD, *LBL_LOAD_WEIGHT_FIELDS, *SECONDS_FIELDS):  # fitted only on request: they move every prediction
@@ -393,7 +396,7 @@ def fit_spec(spec: Any, samples: Sequence[Sample], max_iter: int = 400, only: Se
     start = apply_measured(spec, values)
     loss = _time_loss(start, names, samples)
     best = None
-    restarts = EXPONENT_STARTS if any(n in EXPONENT_FIELDS for n in names) else ()
+    restarts = EXPONENT_STARTS if restart and any(n in EXPONENT_FIELDS for n in names) else ()
     for exponent in (None, *restarts) if names else ():  # the loss is flat along the exponents: restart there
         x0 = np.log([exponent if (exponent and n in EXPONENT_FIELDS)
                      else (float(start.eff(n)) or SM_CAP_START) if n in (SM_CAP_FIELD, LBL_SM_CAP_FIELD)

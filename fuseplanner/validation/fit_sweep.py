@@ -24,6 +24,7 @@ import numpy as np
 
 from fuseplanner.core.errors import FusePlannerError
 from fuseplanner.hw.kernel_fit import KernelFit
+from fuseplanner.validation import bootstrap as boot
 from fuseplanner.validation import fit as fit_mod
 from fuseplanner.validation.microbench import apply_measured
 from fuseplanner.validation.records import RunMeta
@@ -126,16 +127,14 @@ def bootstrap(spec, samples: Sequence[fit_mod.Sample], names: Sequence[str], val
     tnames = time_fields(samples, names)
     if resamples < 2 or not tnames:
         return {}
-    rng = np.random.default_rng(seed)
     start = apply_measured(spec, values)
     x0 = _start(start, tnames)
-    draws = []
-    for _ in range(resamples):
-        sub = [samples[i] for i in rng.integers(0, len(samples), len(samples))]
-        draws.append(np.exp(_solve(start, tnames, sub, x0, max_nfev * (len(tnames) + 1))))
-    lo, hi = np.percentile(np.array(draws), [5, 95], axis=0)
-    rnd = _rounded
-    return {n: (rnd({n: float(a)})[n], rnd({n: float(b)})[n]) for n, a, b in zip(tnames, lo, hi, strict=True)}
+
+    def refit(sub: list[fit_mod.Sample]) -> np.ndarray:
+        return np.exp(_solve(start, tnames, sub, x0, max_nfev * (len(tnames) + 1)))
+
+    ci = boot.intervals(tnames, boot.resample_draws(samples, refit, resamples, seed))
+    return {n: (_rounded({n: a})[n], _rounded({n: b})[n]) for n, (a, b) in ci.items()}
 
 
 def fit_sweep(spec, samples: Sequence[fit_mod.Sample], names: Sequence[str], resamples: int = 8,
