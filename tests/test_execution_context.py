@@ -143,3 +143,23 @@ def test_cli_plan_context_graph(capsys):
     assert main(["plan", "mobilenet_v1", "--gpu", "h100", "--context", "graph"]) == 0
     out = capsys.readouterr().out
     assert "graph context (whole inference" in out and "saving" in out
+
+
+def test_reductions_take_the_reduction_floor():
+    """gpu_specs/h100.toml: a graph reduction (GlobalAveragePool, ReduceMean, ...) takes at least 5.18 us,
+    another opaque op 1.35 us, a kernel 0.964 us; a GPU without the reduction fact falls back to its
+    opaque floor."""
+    spec = gpu("h100")
+    t = launch_terms(spec)
+    assert t.least_s("opaque", "GlobalAveragePool") == 5.18e-6
+    assert t.least_s("opaque", "ReduceMean") == 5.18e-6
+    assert t.least_s("opaque", "Add") == 1.35e-6
+    assert t.least_s("pw", "Conv") == 9.64e-7
+    pool = Step("gap", "opaque", "GlobalAveragePool", Cost(time_s=4.0e-6, launches=1))
+    add = Step("add", "opaque", "Add", Cost(time_s=4.0e-6, launches=1))
+    whole = predict([pool, add], spec, "graph")
+    # the pool: max(5.18, 4.0 - (3.68 - 0.932)) = 5.18 us; the add: max(1.35, 1.252) = 1.35 us
+    assert whole.steps[0].time_s == pytest.approx(5.18e-6)
+    assert whole.steps[1].time_s == pytest.approx(1.35e-6)
+    t4 = launch_terms(gpu("t4"))
+    assert t4.reduce_floor_s == t4.opaque_floor_s

@@ -81,8 +81,10 @@ def test_opaque_floor_is_the_median_op():
 
 def test_summary_values_and_notes():
     p = _probe()
+    # the opaque floor: median of Add 2.0, Relu 1.8 and GlobalAveragePool 4.5 us = 2.0; the reduction
+    # floor: the one reduction, 4.5 us
     assert p.measured() == pytest.approx({"graph_launch_interval_s": 1.2 * US, "graph_kernel_tail_s": 1.4 * US,
-                                          "opaque_op_floor_s": 2.0 * US})
+                                          "opaque_op_floor_s": 2.0 * US, "reduce_op_floor_s": 4.5 * US})
     notes = p.notes()
     assert set(notes) == set(p.measured())
     assert all("\n" not in n and n.startswith("fuseplanner calibrate") for n in notes.values())
@@ -142,3 +144,11 @@ def test_library_ops_compute_their_op(source):
     for op in built:
         op.launch()
         np.testing.assert_allclose(op.output, expected[op.name], rtol=1e-6)
+
+
+def test_reduction_floor_from_the_reductions_only():
+    from fuseplanner.validation.graph_probe import reduce_floor
+
+    # Add 1.35 and Relu 1.34 us are not reductions; GlobalAveragePool 5.18 us is the only one
+    assert reduce_floor([("Add", 1.35e-6), ("Relu", 1.34e-6), ("GlobalAveragePool", 5.18e-6)]) == 5.18e-6
+    assert reduce_floor([("Add", 1.35e-6)]) is None

@@ -10,6 +10,8 @@ from fuseplanner.cost.execution import StepPrediction, WholePrediction
 from fuseplanner.planning.whole import WholePlanPrediction
 from fuseplanner.validation.whole import Latency, WholeResult, compare, to_markdown, write
 
+FIXTURES = __import__("pathlib").Path(__file__).parent / "fixtures"
+
 
 @dataclass(frozen=True)
 class FakeStep:  # the fields of fuseplanner.run.device.StepTime that compare reads
@@ -113,3 +115,41 @@ def test_owners_cover_epilogue_nodes():
     assert stem.epilogue_nodes and all(own[n] == stem.name for n in stem.epilogue_nodes)
     first = p.groups[0]
     assert own[first.nodes[1]] == "+".join(first.nodes)
+
+
+def test_repredict_saved_measurements_without_a_gpu(tmp_path, capsys):
+    """A saved `validate --whole` result (MobileNetV1, H100) re-predicted with the bundled spec: the
+    measurements are kept, the predictions are the current model's of the same plan."""
+    import fuseplanner
+    from fuseplanner.cli.main import main
+    from fuseplanner.hw.spec import gpu
+    from fuseplanner.planning.whole import predict_whole
+    from fuseplanner.validation.whole import read, repredict
+
+    saved = read(FIXTURES / "whole_mobilenet_v1.json")[0]
+    again = repredict(saved, gpu("h100"))
+    assert again.measured_planned == saved.measured_planned and again.measured_unfused == saved.measured_unfused
+    g = fuseplanner.load_model("mobilenet_v1")
+    p = fuseplanner.plan(g, gpu("h100"), workers=1)
+    assert again.predicted_planned_s == pytest.approx(predict_whole(g, gpu("h100"), p, "graph").planned.time_s)
+    assert again.error_planned == pytest.approx(again.predicted_planned_s / saved.measured_planned.median_s - 1)
+    assert {s.label for s in again.steps} == {s.label for s in saved.steps}
+    from fuseplanner.core.errors import PlanError
+
+    with pytest.raises(PlanError):  # the graph context plans other groups than were measured
+        repredict(saved, gpu("h100"), context="graph")
+    out = tmp_path / "rep"
+    assert main(["validate", "--whole", "--from-results", str(FIXTURES / "whole_mobilenet_v1.json"), "--gpu", "h100",
+                 "--out", str(out)]) == 0  # fmt: skip
+    assert "mobilenet_v1" in (out / "whole.md").read_text()
+    capsys.readouterr()
+
+
+def test_repredict_rejects_a_file_that_is_not_whole_json(tmp_path, capsys):
+    from fuseplanner.cli.main import main
+
+    bad = tmp_path / "whole.json"
+    bad.write_text('{"model": 3}')
+    assert main(["validate", "--whole", "--from-results", str(bad), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:")

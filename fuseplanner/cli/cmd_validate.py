@@ -128,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.from_results:
         out = Path(args.out or Path(args.from_results).parent)
+        if args.whole:
+            return _whole_from_results(args, out)
         if args.repredict:
             summary = _repredicted(args, out)
             _emit(args, summary, out)
@@ -156,6 +158,21 @@ def _validate_whole(args: argparse.Namespace) -> int:
         sys.stdout.write(result.model_dump_json(indent=1) + "\n")
     else:
         sys.stdout.write(to_markdown([result]) + f"\nwrote {js} and {md}\n")
+    return 0
+
+
+def _whole_from_results(args: argparse.Namespace, out: Path) -> int:
+    """Saved `--whole` measurements against the current cost model and `--gpu` (default: the spec each
+    result names), without a GPU; whole.json and whole.md written to `out` (never over the input)."""
+    from fuseplanner.hw import spec as specs
+    from fuseplanner.validation.whole import read, repredict, to_markdown, write
+
+    results = [repredict(r, specs.gpu(r.gpu) if args.gpu == "auto" else specs.gpu(args.gpu), args.model,
+                         args.context) for r in read(args.from_results)]  # fmt: skip
+    if (out / "whole.json").resolve() == Path(args.from_results).resolve():
+        raise FusePlannerError(f"--out {out} would overwrite the results read: give another folder")
+    js, md = write(results, out)
+    sys.stdout.write(to_markdown(results) + f"\nwrote {js} and {md}\n")
     return 0
 
 

@@ -47,3 +47,8 @@ COST_MODELS = ("ours", "paper")
 #: Execution contexts of the time model (fuseplanner.cost.execution): one launch alone after an L2
 #: flush, or back to back in a CUDA graph.
 CONTEXTS = ("isolated", "graph")
+
+#: Operator types the executor runs as a reduction kernel (a CuPy reduction over an axis); in a graph
+#: they take at least the spec's `reduce_op_floor_s` (fuseplanner.cost.execution).
+REDUCE_OP_TYPES = frozenset({"GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "ReduceSum", "ReduceMax",
+                             "ReduceMin", "ReduceProd", "ReduceL2", "ReduceSumSquare"})

@@ -8,10 +8,11 @@
 
       max(graph_launch_interval_s, body + graph_kernel_tail_s),  body = isolated time - launch_overhead_s
 
-  (an opaque operator at least `opaque_op_floor_s`), and its activation reads come from L2 when the
+  (an opaque operator at least `opaque_op_floor_s`, a reduction (`core.kinds.REDUCE_OP_TYPES`) at least
+  `reduce_op_floor_s`), and its activation reads come from L2 when the
   residency rule below says they are still there. Spec facts left unset fall back so that a GPU
   without graph measurements predicts no launch saving: the tail defaults to `launch_overhead_s`,
-  the interval to none, the opaque floor to the interval.
+  the interval to none, the opaque floor to the interval, the reduction floor to the opaque floor.
 
 Residency rule (graph context, `resident_reads`). Walk the steps in executed order with a running
 count of the bytes each step moves through L2 to or from DRAM: its isolated DRAM reads (activations,
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 
 from fuseplanner.core.errors import PlanError
 from fuseplanner.core.ir import Cost
-from fuseplanner.core.kinds import CONTEXTS
+from fuseplanner.core.kinds import CONTEXTS, REDUCE_OP_TYPES
 from fuseplanner.hw.spec import GpuSpec
 
 
@@ -46,12 +47,19 @@ from fuseplanner.hw.spec import GpuSpec
 class LaunchTerms:
     """Seconds of the launch terms of a context: the isolated floor a cost's time includes per launch,
     the tail a graph kernel adds to its body in its place, the least spacing of graph kernels and the
-    least time of an opaque operator in a graph."""
+    least time of an opaque operator (and of a reduction) in a graph."""
 
     floor_s: float
     tail_s: float
     interval_s: float
     opaque_floor_s: float
+    reduce_floor_s: float = 0.0
+
+    def least_s(self, kind: str, op_type: str = "") -> float:
+        """The least graph time of one launch of a step of `kind` and ONNX `op_type`."""
+        if kind != "opaque":
+            return self.interval_s
+        return max(self.opaque_floor_s, self.reduce_floor_s) if op_type in REDUCE_OP_TYPES else self.opaque_floor_s
 
 
 @dataclass(frozen=True)
@@ -121,12 +129,14 @@ def launch_terms(spec: GpuSpec) -> LaunchTerms:
     tail = spec.eff("graph_kernel_tail_s")
     interval = spec.eff("graph_launch_interval_s")
     opaque = spec.eff("opaque_op_floor_s")
+    reduce = spec.eff("reduce_op_floor_s")
     interval = float(interval) if interval is not None else 0.0
+    opaque = float(opaque) if opaque is not None else interval
     return LaunchTerms(floor_s=floor, tail_s=float(tail) if tail is not None else floor, interval_s=interval,
-                       opaque_floor_s=float(opaque) if opaque is not None else interval)  # fmt: skip
+                       opaque_floor_s=opaque, reduce_floor_s=float(reduce) if reduce is not None else opaque)  # fmt: skip
 
 
-def context_time(cost: Cost, terms: LaunchTerms, context: str, opaque: bool = False) -> float:
+def context_time(cost: Cost, terms: LaunchTerms, context: str, opaque: bool = False, op_type: str = "") -> float:
     """Seconds of `cost`'s launches in `context`, without the residency rule. A cost of several
     launches (a group and its orphaned Add, a plan total) is charged per launch on average: each
     launch's isolated floor becomes the graph tail, and the whole takes at least one interval (or
@@ -134,7 +144,7 @@ def context_time(cost: Cost, terms: LaunchTerms, context: str, opaque: bool = Fa
     n = cost.launches
     if context == "isolated" or n == 0:
         return cost.time_s
-    floor = terms.opaque_floor_s if opaque else terms.interval_s
+    floor = terms.least_s("opaque" if opaque else "", op_type)
     return max(n * floor, cost.time_s - n * (terms.floor_s - terms.tail_s))
 
 
@@ -178,9 +188,8 @@ def predict(steps: Sequence[Step], spec: GpuSpec, context: str) -> WholePredicti
         saved = min(hit, c.dram_read_bytes) if c.launches else 0.0
         bw = (hw.l2_bw, hw.dram_bw)
         gain = _memory_s(c.gma_bytes, c.dram_bytes, bw) - _memory_s(c.gma_bytes, c.dram_bytes - saved, bw)
-        t = context_time(c, terms, context, opaque=s.kind == "opaque")
+        t = context_time(c, terms, context, opaque=s.kind == "opaque", op_type=s.op_type)
         if c.launches:
-            floor = terms.opaque_floor_s if s.kind == "opaque" else terms.interval_s
-            t = max(c.launches * floor, t - gain)
+            t = max(c.launches * terms.least_s(s.kind, s.op_type), t - gain)
         out.append(StepPrediction(s.label, s.kind, s.op_type, t, c.dram_read_bytes - saved, c.dram_write_bytes, saved))
     return WholePrediction(context, tuple(out))

@@ -40,9 +40,10 @@ MEASURABLE = (
     "graph_launch_interval_s",
     "graph_kernel_tail_s",
     "opaque_op_floor_s",
+    "reduce_op_floor_s",
 )
 #: The facts only the graph execution context reads (fuseplanner.cost.execution).
-GRAPH_FIELDS = ("graph_launch_interval_s", "graph_kernel_tail_s", "opaque_op_floor_s")
+GRAPH_FIELDS = ("graph_launch_interval_s", "graph_kernel_tail_s", "opaque_op_floor_s", "reduce_op_floor_s")
 #: The spec whose fit a spec without one of its own (neither ``[fit]`` nor ``fit_from``) borrows.
 DEFAULT_FIT = "h100"
 #: The lowest compute capability the bundled kernels run on (cp.async, mma.sync with bf16/tf32).
@@ -146,6 +147,10 @@ class GpuSpec(BaseModel):
         default=None, gt=0,
         description="graph context: the least time of one opaque operator (the executor's operator library may "
         "launch several kernels for it; None: graph_launch_interval_s)")
+    reduce_op_floor_s: float | None = Field(
+        default=None, gt=0,
+        description="graph context: the least time of one reduction operator (core.kinds.REDUCE_OP_TYPES: a "
+        "CuPy reduction kernel; None: opaque_op_floor_s)")
     warp_size: int = Field(default=32, gt=0)
     sector_bytes: Literal[32] = Field(default=32, description="L2 sector; every CUDA GPU since Maxwell uses 32")
     l1_line_bytes: Literal[128] = Field(

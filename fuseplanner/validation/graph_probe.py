@@ -10,7 +10,8 @@ warm L2), and the spacing is ``(t_2n - t_n) / n``, which cancels what a replay c
   warm time minus an empty kernel's (`isolated time - launch floor`, the cost model's body); the tail
   is the median of spacing - body over the bodies whose spacing is above the interval (a shorter body
   waits for the next launch); a free line spacing = slope x body + intercept is reported beside it;
-- ``opaque_op_floor_s``: the median over op types of the spacing of small operator-library ops.
+- ``opaque_op_floor_s``: the median over op types of the spacing of small operator-library ops;
+- ``reduce_op_floor_s``: the same over the reductions among them (`core.kinds.REDUCE_OP_TYPES`).
 
 The fitting and the notes are plain functions on timings (tested on CPU); `measure` is the GPU part.
 """
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fuseplanner.core.errors import DeviceError
+from fuseplanner.core.kinds import REDUCE_OP_TYPES
 
 #: Launches per graph (the second graph has twice as many), replays timed per graph.
 KERNELS = 200
@@ -79,10 +81,17 @@ class GraphProbe:
     tail_fit: TailFit
     opaque_ops_s: tuple[tuple[str, float], ...]
 
+    @property
+    def reduce_op_floor_s(self) -> float | None:
+        return reduce_floor(self.opaque_ops_s)
+
     def measured(self) -> dict[str, float]:
-        """The three values keyed by GpuSpec field."""
-        return {"graph_launch_interval_s": self.launch_interval_s, "graph_kernel_tail_s": self.kernel_tail_s,
-                "opaque_op_floor_s": self.opaque_op_floor_s}
+        """The measured values keyed by GpuSpec field (the reduction floor when a reduction was timed)."""
+        out = {"graph_launch_interval_s": self.launch_interval_s, "graph_kernel_tail_s": self.kernel_tail_s,
+               "opaque_op_floor_s": self.opaque_op_floor_s}
+        if self.reduce_op_floor_s is not None:
+            out["reduce_op_floor_s"] = self.reduce_op_floor_s
+        return out
 
     def notes(self) -> dict[str, str]:
         """One source note per measured field (how it was measured)."""
@@ -136,6 +145,12 @@ def opaque_floor(per_op_s: Sequence[tuple[str, float]]) -> float:
     return statistics.median(v for _, v in per_op_s)
 
 
+def reduce_floor(per_op_s: Sequence[tuple[str, float]]) -> float | None:
+    """The reduction floor: the median graph spacing of the reductions measured (None: none was)."""
+    spacings = [v for name, v in per_op_s if name in REDUCE_OP_TYPES]
+    return statistics.median(spacings) if spacings else None
+
+
 def summarize(interval_s: float, bodies_s: Sequence[float], spacings_s: Sequence[float],
               per_op_s: Sequence[tuple[str, float]], kernels: int = KERNELS, replays: int = REPLAYS) -> GraphProbe:
     """A `GraphProbe` from the measured spacings: the tail fitted, the opaque floor chosen."""
@@ -154,7 +169,9 @@ def graph_notes(p: GraphProbe) -> dict[str, str]:
     if p.tail_fit.slope is not None:
         tail += f"; free fit spacing = {p.tail_fit.slope:.3f} x body + {p.tail_fit.intercept_s * us:.2f} us"
     ops = ", ".join(f"{name} {v * us:.2f} us" for name, v in p.opaque_ops_s)
-    return {
+    reduce = {} if p.reduce_op_floor_s is None else {
+        "reduce_op_floor_s": f"{head}, the same ops: median over the reductions among them"}
+    return reduce | {
         "graph_launch_interval_s": f"{head}, empty kernels: (t_2n - t_n) / n, median of {p.replays} replays",
         "graph_kernel_tail_s": tail,
         "opaque_op_floor_s": f"{head}, operator-library ops on a {'x'.join(map(str, OPAQUE_SHAPE))} float32 "

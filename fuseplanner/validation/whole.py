@@ -13,11 +13,13 @@ unfused time; the saving gap is in percentage points (predicted - measured).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from fuseplanner.core.errors import PlanError, RecordsError
 from fuseplanner.planning.whole import WholePlanPrediction
 
 SCHEMA = "fuseplanner.whole/1"
@@ -216,6 +218,51 @@ def measure(model, spec, *, dtype: str = "fp32", precision: str = "fp32", batch:
     iso_pred = predict_whole(graph, spec, plan, "isolated", unfused_plan=bare.plan)
     return compare(graph_pred, iso_pred, _latency(rec_p), _latency(rec_u), times, gpu=spec.name, dtype=dtype,
                    precision=precision, batch=plan.batch, device=_device_name(), owner=owners(plan, graph), step_mode=step_mode)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Measured:  # a saved step as `compare` reads a measured one
+    label: str
+    kind: str
+    seconds: float
+
+
+def read(path: str | Path) -> list[WholeResult]:
+    """The results of a whole.json (`write`); RecordsError for a file that is not one."""
+    import json
+
+    from pydantic import ValidationError
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return [WholeResult.model_validate(d) for d in (data if isinstance(data, list) else [data])]
+    except (OSError, ValueError, ValidationError) as exc:
+        raise RecordsError(f"{path}: not a whole.json of `validate --whole` ({str(exc).splitlines()[0]})") from None
+
+
+def repredict(result: WholeResult, spec, model=None, context: str = "isolated") -> WholeResult:
+    """`result`'s measurements against the predictions of `spec` and the current cost model, without a
+    GPU: the model planned again as `measure` plans it (`context`), which must give the plan that was
+    measured (every measured step label is a planned step's), then predicted whole in both contexts."""
+    from fuseplanner.frontend.load import load_model
+    from fuseplanner.planning.search import plan as make_plan
+    from fuseplanner.planning.whole import predict_whole
+
+    graph = load_model(model or result.model, None, result.batch)
+    plan = make_plan(graph, spec, dtype=result.dtype, precision=result.precision, context=context)
+    unfused = make_plan(graph, spec, dtype=result.dtype, batch=plan.batch, kinds=[], precision=result.precision,
+                        workers=1)  # fmt: skip
+    graph_pred = predict_whole(graph, spec, plan, "graph", unfused_plan=unfused)
+    labels = {s.label for s in graph_pred.planned.steps}
+    missing = [s.label for s in result.steps if s.label not in labels]
+    if missing:
+        raise PlanError(f"{result.model}: spec {spec.name} plans differently from the measured run (no step "
+                        f"{missing[0]!r}): re-predicting needs the measured plan; measure again with this spec")
+    iso_pred = predict_whole(graph, spec, plan, "isolated", unfused_plan=unfused)
+    steps = [_Measured(s.label, s.kind, s.measured_s) for s in result.steps]
+    return compare(graph_pred, iso_pred, result.measured_planned, result.measured_unfused, steps, gpu=spec.name,
+                   dtype=result.dtype, precision=result.precision, batch=result.batch, device=result.device,
+                   step_mode=result.step_mode)  # fmt: skip
 
 
 def _device_name() -> str:
