@@ -29,7 +29,6 @@ from __future__ import annotations
 from functools import lru_cache
 
 from fuseplanner.core.ir import Tile, math_mode
-from fuseplanner.core.kinds import DTYPE_BYTES
 from fuseplanner.costbase.geometry import Geom
 from fuseplanner.costbase.requests import tile_write_sectors
 from fuseplanner.costbase.traffic import plane_windows_sectors, row_sectors, sectors, span_total
@@ -82,6 +81,8 @@ class FusedModel(KernelModel):
         self.w_unique = sum(dw_weight_unique(g) if g.depthwise else pw_weight_unique(g, PARAM_BYTES) for g in self.gs)
         self.useful = 2.0 * sum(g.macs for g in self.gs)
         self._floored = False
+        self._issue: dict[tuple, tuple[float, float]] = {}  # `issued` per block (the search asks per tile)
+        self._gemms: dict[tuple[int, int, int, int], dict] = {}  # `tiles.block_gemms` by (th, tw, tf, tc)
 
     def issued(self, kind: str, ops: tuple, tile: Tile, dtype: str, precision: str, w: Work, ks: int, hw: Hw) -> Work:
         """`w` with the FLOPs its blocks issue on their critical path (`issued_per_block`: the GEMM work
@@ -90,11 +91,21 @@ class FusedModel(KernelModel):
         `fused_epilogue_weight`; `window_epilogue_issue`: the expansion's window epilogue at the spec's
         `fused_window_epilogue_weight`), which the time model charges at the fused warp rates (the
         epilogues, on the CUDA cores, at the DW stencil's)."""
-        dw, pw = _issued(kind, ops, tile, DTYPE_BYTES[dtype], math_mode(dtype, precision), hw.fused_shared_load_weight,
-                         hw.fused_window_epilogue_weight)
+        load_w, epi_w, win_w = hw.fused_shared_load_weight, hw.fused_epilogue_weight, hw.fused_window_epilogue_weight
+        # per block, by tile, split, math and weights (kind, ops and dtype are this model's own)
+        key = (tile.th, tile.tw, tile.tf, tile.tc, tile.threads, ks, precision, load_w, epi_w, win_w)
+        per_block = self._issue.get(key)
+        if per_block is None:
+            shape = key[:4]
+            gemms = self._gemms.get(shape)  # the block GEMMs do not depend on the threads
+            if gemms is None:
+                gemms = self._gemms[shape] = tiles.block_gemms(kind, ops, tile, self.e)
+            prec = math_mode(dtype, precision)
+            dw, pw = issued_per_block(kind, ops, tile, self.e, prec, load_w, gemms)
+            dw += window_epilogue_issue(kind, ops, tile, self.e, prec, win_w, gemms)
+            per_block = self._issue[key] = (dw + epilogue_issue(kind, ops, tile, ks, epi_w, load_w), pw)
         n = w.blocks / ks
-        epi = epilogue_issue(kind, ops, tile, ks, hw.fused_epilogue_weight, hw.fused_shared_load_weight)
-        return w._replace(cuda_issue=(dw + epi) * n, mma_issue=pw * n)
+        return w._replace(cuda_issue=per_block[0] * n, mma_issue=per_block[1] * n)
 
     def bounded(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
         """`combine` with the output's write sectors at its bytes / 32 (`written`): a sector request
@@ -331,15 +342,19 @@ def _unit_split(g: tiles.BlockGemm, threads: int, prec: int) -> tuple[int, int, 
     return gm, gn, -(-((me // gm) * (ne // gn)) // (threads // 32))
 
 
-def issued_per_block(kind: str, ops: tuple, tile: Tile, e: int, prec: int, load_w: float) -> tuple[float, float]:
+def issued_per_block(kind: str, ops: tuple, tile: Tile, e: int, prec: int, load_w: float,
+                     gemms: dict | None = None) -> tuple[float, float]:  # fmt: skip
     """(DW FLOPs, PW FLOP-equivalents) one block of a fused kernel (no cluster split) issues on its
     critical path over all its channel chunks (fused_*.cu): each chunk's block GEMMs
     (`tiles.block_gemms`) by `_gemm_issue`, the DW stencil by `_dw_issue` over the chunk's tc channels
     (dw_pw, pw_dw_pw; tf channels once for pw_dw).
-    `prec`: 0 exact fp32, 1 TF32, 2 fp16; `load_w`: FMA-equivalents of one shared operand load."""
+    `prec`: 0 exact fp32, 1 TF32, 2 fp16; `load_w`: FMA-equivalents of one shared operand load;
+    `gemms`: the tile's `tiles.block_gemms` where the caller has them."""
     t = tile.threads
     nk = -(-(ops[0].c_out if kind in ("pw_pw", "pw_dw_pw") else ops[0].c_in) // tile.tc)
-    pw = nk * sum(_gemm_issue(g, t, prec, load_w) for g in tiles.block_gemms(kind, ops, tile, e).values())
+    if gemms is None:
+        gemms = tiles.block_gemms(kind, ops, tile, e)
+    pw = nk * sum(_gemm_issue(g, t, prec, load_w) for g in gemms.values())
     if kind == "pw_pw":
         return 0.0, pw
     dw = ops[0] if kind == "dw_pw" else ops[1]
@@ -391,16 +406,18 @@ def stream_elements(g: tiles.BlockGemm, threads: int, prec: int) -> int:
     return mt * gm * gn if prec == 0 else mt * gm * gn // 32
 
 
-def window_epilogue_issue(kind: str, ops: tuple, tile: Tile, e: int, prec: int, win_w: float) -> float:
+def window_epilogue_issue(kind: str, ops: tuple, tile: Tile, e: int, prec: int, win_w: float,
+                          gemms: dict | None = None) -> float:  # fmt: skip
     """FLOP-equivalents one block of a pw_dw / pw_dw_pw kernel issues on its expansion GEMM's window
     epilogue, as its busiest thread runs it, times the threads (0 for other kinds): `stream_elements`
     of the first block GEMM in each chunk that applies it (all ceil(C / tc) of pw_dw_pw, the last of
     pw_dw), each `win_w` FMA-equivalents (the spec's `fused_window_epilogue_weight`: the element's
     window row and column from its index, the map and channel tests, bias, activation, the shared
-    store). Per thread it grows as the block's threads shrink, the tc x window elements staying."""
+    store). Per thread it grows as the block's threads shrink, the tc x window elements staying.
+    `gemms`: the tile's `tiles.block_gemms` where the caller has them."""
     if kind not in WINDOW_EPILOGUE_KINDS or not win_w:
         return 0.0
-    g = tiles.block_gemms(kind, ops, tile, e)["1"]
+    g = (tiles.block_gemms(kind, ops, tile, e) if gemms is None else gemms)["1"]
     calls = -(-ops[0].c_out // tile.tc) if kind == "pw_dw_pw" else 1
     return 2.0 * calls * stream_elements(g, tile.threads, prec) * tile.threads * win_w
 
@@ -418,9 +435,3 @@ def _dw_issue(nch: int, tile: Tile, dw, load_w: float) -> float:
     rows = (v - 1) * dw.stride[0] + (kh - 1) * dw.dilation[0] + 1
     per_item = v * kh * kw + load_w * (rows * kw + kh * kw)
     return float(-(-items // tile.threads) * tile.threads * 2 * per_item)
-
-
-@lru_cache(maxsize=65536)
-def _issued(kind: str, ops: tuple, tile: Tile, e: int, prec: int, load_w: float, win_w: float) -> tuple[float, float]:
-    dw, pw = issued_per_block(kind, ops, tile, e, prec, load_w)
-    return dw + window_epilogue_issue(kind, ops, tile, e, prec, win_w), pw
