@@ -256,17 +256,14 @@ def _pw_filter_patterns(tf: int, th: int, tw: int, threads: int, ks: int, varian
     start = np.searchsorted(f, stored)
     length = np.diff(np.append(start, len(f)))
     rel = r - np.repeat(r[start], length)  # instruction numbers from the plane's first
-    pos = np.arange(len(f)) - np.repeat(start, length)
-    # a fingerprint of each plane's sequence: random weights make distinct sequences collide with
-    # probability ~0 (equal sequences give bit-equal sums: same terms in the same order)
-    w = np.random.default_rng(0).random((2, int(length.max())))
-    key = np.add.reduceat((rel + 1.0) * w[0, pos] + (p + 1.0) * w[1, pos], start)
+    planes: dict[bytes, list[int]] = {}  # the stored planes of each distinct sequence, by its bytes
+    for j, (a, n) in enumerate(zip(start.tolist(), length.tolist(), strict=True)):
+        planes.setdefault(rel[a:a + n].tobytes() + p[a:a + n].tobytes(), []).append(j)
     out = []
-    for k in np.unique(np.stack([key, length]), axis=1).T:
-        same = stored[(key == k[0]) & (length == k[1])]
-        at = slice(start[stored == same[0]][0], start[stored == same[0]][0] + int(k[1]))
+    for same in planes.values():
+        at = slice(start[same[0]], start[same[0]] + length[same[0]])
         member = np.zeros(tf, dtype=np.int64)
-        member[same] = 1
+        member[stored[same]] = 1
         out.append((rel[at], p[at], member))
     return tuple(out)
 

@@ -66,6 +66,24 @@ class Work(NamedTuple):
     mma_issue: float = 0.0  # fused kinds, and pw/linear with pw_shared_load_weight: PW FLOP-equivalents of the block's busiest GEMM unit (model.issued; 0: mma_flops)
 
 
+_WORK_FIELDS = {name: i for i, name in enumerate(Work._fields)}
+
+
+def _replace_work(self: Work, **changes: float) -> Work:
+    """`Work._replace`, without the generic namedtuple machinery: the cost model replaces fields of
+    a `Work` a few times per tile, and the planner's search ranks tens of thousands of tiles."""
+    values = list(self)
+    for name, value in changes.items():
+        try:
+            values[_WORK_FIELDS[name]] = value
+        except KeyError:
+            raise ValueError(f"Got unexpected field names: {[name]!r}") from None
+    return tuple.__new__(Work, values)
+
+
+Work._replace = _replace_work  # type: ignore[method-assign]
+
+
 class KernelModel:
     """Traffic and work of one kernel kind over one group of ops, for any tile and batch."""
 
