@@ -18,10 +18,12 @@
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -182,8 +184,9 @@ class TileSearch:
             if key not in self.cache:
                 todo.setdefault(key, (kind, ops, residual))
         if workers <= 1 or len(todo) < MIN_PARALLEL_SEARCHES:
-            for key, (kind, ops, residual) in todo.items():
-                self.cache[key] = self._search(kind, ops, residual)
+            with _gc_paused():
+                for key, (kind, ops, residual) in todo.items():
+                    self.cache[key] = self._search(kind, ops, residual)
             return
         families: dict[tuple, list] = {}
         for key, job in todo.items():  # residual and plain variants share their candidate tiles
@@ -238,7 +241,22 @@ def _search_chunk(payload: tuple) -> list[tuple[tuple, Choice]]:
     """Worker: search a chunk of jobs in a fresh TileSearch with the parent's context."""
     ctx, items = payload
     search = TileSearch(*ctx)
-    return [(key, search._search(kind, ops, residual)) for key, (kind, ops, residual) in items]
+    with _gc_paused():
+        return [(key, search._search(kind, ops, residual)) for key, (kind, ops, residual) in items]
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for a batch of tile searches: they allocate hundreds of
+    thousands of short-lived tuples, none in a cycle (reference counting frees them), and the
+    collections they would trigger took about a sixth of the search time."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def default_workers() -> int:
