@@ -20,6 +20,8 @@ COMMANDS = ("inspect", "gpus", "plan", "compare", "run", "validate", "calibrate"
 #: Commands that run once over one model and exit within seconds: they run without the cyclic
 #: garbage collector, whose collections over the imported libraries' objects took a tenth of a
 #: `plan` (reference counting still frees everything not in a cycle). The others turn it back on.
+#: Run as the console script (`main()` reading sys.argv), a short command also freezes its objects
+#: before the interpreter exits, whose final collection would otherwise walk them all once more.
 SHORT_COMMANDS = ("inspect", "gpus", "plan", "compare")
 
 
@@ -72,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv, collecting)
     finally:
+        if argv is None and not gc.isenabled():
+            gc.freeze()  # the console script exits next: its last collection skips what the command built
         if collecting:
             gc.enable()
 
