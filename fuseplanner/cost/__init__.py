@@ -150,7 +150,7 @@ def best_tile(
             w, depth, ks = launched(kind, ops, tile, dtype, batch, gpu, km, residual, precision, exact=not lazy)
             gma_by_bps.clear()
             dram_by_bps.clear()
-        gma = gma_by_bps.get(bps)
+        gma = 0.0 if lazy and not by_gma else gma_by_bps.get(bps)  # 0: a bound of bytes that only break ties
         if gma is None:
             gma = gma_by_bps[bps] = _gma(w, bps, ks, hw, kind)
         if not lazy and by_gma and best is not None and gma > best[0]:
@@ -166,7 +166,8 @@ def best_tile(
         elif best is None or r < best:
             best, best_i = r, i
     # lazy: every rank above is a lower bound (`KernelModel.bounded`: the time, L2 bytes and DRAM
-    # bytes only grow with the counts it floors). In bound order, a tile whose bound already loses to
+    # bytes only grow with the counts it floors; unless they are the objective, the L2 bytes, which
+    # only break ties, are bounded by 0). In bound order, a tile whose bound already loses to
     # the best exact rank so far, and every tile after it, cannot win.
     bounds.sort()  # by (bound, index): the indices differ, so the rest is never compared
     for bound, i, w, bps, depth, ks in bounds:
