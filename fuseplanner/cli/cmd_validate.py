@@ -167,10 +167,10 @@ def _whole_from_results(args: argparse.Namespace, out: Path) -> int:
     from fuseplanner.hw import spec as specs
     from fuseplanner.validation.whole import read, repredict, to_markdown, write
 
-    results = [repredict(r, specs.gpu(r.gpu) if args.gpu == "auto" else specs.gpu(args.gpu), args.model,
-                         args.context) for r in read(args.from_results)]  # fmt: skip
     if (out / "whole.json").resolve() == Path(args.from_results).resolve():
         raise FusePlannerError(f"--out {out} would overwrite the results read: give another folder")
+    results = [repredict(r, specs.gpu(r.gpu) if args.gpu == "auto" else specs.gpu(args.gpu), args.model,
+                         args.context) for r in read(args.from_results)]  # fmt: skip
     js, md = write(results, out)
     sys.stdout.write(to_markdown(results) + f"\nwrote {js} and {md}\n")
     return 0

@@ -26,7 +26,7 @@ from fuseplanner.costbase.geometry import geom
 from fuseplanner.costbase.traffic import dram_write_bytes, sectors
 from fuseplanner.hw.spec import GpuSpec
 
-#: The executor's direct 2-D conv kernel (`run.ops._cuda.conv2d`) runs convs whose output element sums
+#: The executor's direct 2-D conv kernel (`run.ops._cuda.conv2d`; `run.ops.conv` reads this) runs convs whose output element sums
 #: at most this many products (input channels per group x taps); deeper ones take im2col + GEMM. Chosen
 #: from the kernel's shape (a 32-channel 3x3 window per thread), not tuned on any model.
 DIRECT_MAX_TERMS = 288

@@ -36,11 +36,6 @@ if (Q_HAS_BIAS) acc += b[oc];
 y = (T)acc;
 """
 
-#: The direct kernel runs convs whose output element sums at most this many products (input channels
-#: per group x taps): one thread per output element, no im2col copy and no GEMM launches. Deeper
-#: reductions go to im2col + GEMM. Chosen from the kernel's shape (a 32-channel 3x3 window), not tuned.
-DIRECT_MAX_TERMS = 288
-
 
 def conv2d(cp: Any, node: Node, win: Window, groups: int):
     """2-D Conv (grouped, depthwise and channel-multiplier included) as one elementwise kernel over

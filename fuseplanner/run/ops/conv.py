@@ -1,6 +1,6 @@
 """Conv: im2col (one gather of the padded input) + a batched matmul per group; 1x1 stride-1 convs skip
 the gather; depthwise convs (one input channel per group) accumulate one strided slice per kernel tap
-in float32. Under CuPy, 2-D convs whose output element sums at most `_cuda.DIRECT_MAX_TERMS` products
+in float32. Under CuPy, 2-D convs whose output element sums at most `cost.layers.DIRECT_MAX_TERMS` products
 (depthwise, stems, narrow groups) run as one elementwise CUDA kernel instead (`_cuda.conv2d`) that
 computes the same float32 sum without the padded copy, the gather and the GEMM launches.
 """
@@ -48,7 +48,7 @@ def _direct(xp: Any, node: Node, win: Window, c: int, groups: int) -> bool:
     """Whether CuPy runs this conv as `_cuda.conv2d` (2-D, float, a short reduction per output)."""
     if is_numpy(xp) or len(win.kernel) != 2 or node.input_dtypes[0] not in ("float16", "float32"):
         return False
-    from fuseplanner.run.ops._cuda import DIRECT_MAX_TERMS
+    from fuseplanner.cost.layers import DIRECT_MAX_TERMS  # the rule the cost model costs dense convs by
 
     return c // groups * len(win.taps) <= DIRECT_MAX_TERMS
 
