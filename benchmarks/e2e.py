@@ -50,6 +50,7 @@ class Row:
     planned_cold_us: float | None = None
     launch_host_us: float | None = None
     call_host_us: float | None = None
+    bound_host_us: float | None = None
     unfused_us: float | None = None
     predicted_planned_us: float | None = None
     predicted_unfused_us: float | None = None
@@ -149,7 +150,7 @@ def ours(model: str, mode: str, batch: int, replays: int, check: bool) -> dict:
     cold = cm.bench(replays, cold_l2=True)
     out.update(planned_us=b.median_s * 1e6, planned_p10_us=b.p10_s * 1e6, planned_p90_us=b.p90_s * 1e6,
                planned_cold_us=cold.median_s * 1e6, launch_host_us=b.launch_host_s * 1e6,
-               call_host_us=b.call_host_s * 1e6)
+               call_host_us=b.call_host_s * 1e6, bound_host_us=b.bound_host_s * 1e6)
     if check:
         import numpy as np
 

@@ -33,6 +33,20 @@ def test_zoo_mobilenet_v2_with_bn(dtype):
     assert all(v.dtype == np.float32 for v in got.values())
 
 
+def test_buffers_and_launch_give_the_call_outputs_without_copies():
+    net, got, _ = _run(zoo.mobilenet_v2(width=0.35, resolution=32, num_classes=10))
+    rng = np.random.default_rng(3)  # the same input `_run` drew
+    x = {s.name: rng.standard_normal(s.shape).astype(np.float32) for s in net.program.inputs}
+    for name, buf in net.input_buffers.items():
+        buf[...] = x[name]
+    for buf in net.output_buffers.values():
+        buf[...] = np.nan
+    net.launch()
+    for name, buf in net.output_buffers.items():
+        np.testing.assert_array_equal(buf, got[name])
+    assert not any(np.shares_memory(buf, got[name]) for name, buf in net.output_buffers.items())
+
+
 def test_converter_style_batch_8_unfused():
     model = zoo.mobilenet_v1(width=0.25, resolution=64, opset=11, weights="constant", dynamic=True,
                              converter=True, bn=True, act="relu6", num_classes=10)  # fmt: skip
@@ -106,3 +120,5 @@ def test_bench_record_overhead_is_call_beyond_launch():
 
     rec = BenchRecord("m", "warm-L2", 200, 4e-4, 3e-4, 5e-4, launch_host_s=6e-6, call_host_s=2.1e-5)
     assert rec.overhead_s == pytest.approx(1.5e-5)  # 21 us whole call - 6 us launch
+    zero = BenchRecord("m", "warm-L2", 200, 4e-4, 3e-4, 5e-4, launch_host_s=6e-6, call_host_s=2.1e-5, bound_host_s=6.5e-6)
+    assert zero.bound_overhead_s == pytest.approx(5e-7)  # 6.5 us launch() - 6 us bare graph launch

@@ -161,5 +161,6 @@ def _bench(net, replays: int) -> None:
         r = net.bench(replays, cold_l2=cold)
         print(f"latency, CUDA graph, {r.replays} replays, {r.mode}: median {r.median_s * 1e6:.1f} us, "
               f"p10 {r.p10_s * 1e6:.1f} us, p90 {r.p90_s * 1e6:.1f} us; launch host {r.launch_host_s * 1e6:.1f} us, "
-              f"whole call host {r.call_host_s * 1e6:.1f} us (+{r.overhead_s * 1e6:.1f} us)")
+              f"whole call host {r.call_host_s * 1e6:.1f} us (+{r.overhead_s * 1e6:.1f} us), "
+              f"zero-copy launch() host {r.bound_host_s * 1e6:.1f} us (+{r.bound_overhead_s * 1e6:.1f} us)")
     print(f"plan's predicted kernel total: {predicted * 1e6:.1f} us")

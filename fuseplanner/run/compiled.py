@@ -6,7 +6,8 @@
 
 GPU mode uploads the weights once, prepares every kernel once on views of one activation arena,
 runs one warm-up inference and captures one inference as a CUDA graph (CuPy stream capture); a call
-copies the inputs into their buffers, replays the graph and returns copies of the outputs. Op-library
+copies the inputs into their buffers, replays the graph and returns copies of the outputs;
+`input_buffers`, `launch()` and `output_buffers` skip the copies (zero-copy). Op-library
 temporaries come from a private memory pool kept alive with the model. CPU mode (device="cpu") runs
 the same program on NumPy arrays, planned kernels by the float64 reference cast to the storage dtype.
 """
@@ -57,7 +58,7 @@ class CompiledModel:
         self.program, self.plan, self._bound, self._xp, self.gpu = program, plan, bound, xp, gpu
         self.steps = tuple(_step_info(s) for s in program.steps)
         self.memory = bound.memory.arena_bytes
-        self._graph = self._stream = self._pool = None
+        self._graph = self._stream = self._pool = self._io = None
         self._in_plan, self._out_plan = _copy_plan(program, bound, xp)
 
     # ---- inputs and outputs -----------------------------------------------------------------------
@@ -111,6 +112,30 @@ class CompiledModel:
         from fuseplanner.run import device
 
         return device.call(self, inputs)
+
+    # ---- zero-copy calls -------------------------------------------------------------------------
+    @property
+    def input_buffers(self) -> dict:
+        """The model's own input buffers by name (CuPy arrays on the GPU, in the dtype the kernels read):
+        write inputs here, call `launch()`, read `output_buffers`. No copy, no check."""
+        return {name: view for name, _, _, view in self._in_plan}
+
+    @property
+    def output_buffers(self) -> dict:
+        """The model's own output buffers by name: valid after a `launch()` has completed on its stream,
+        overwritten by the next one."""
+        return {name: src for name, src, _ in self._out_plan}
+
+    def launch(self, stream=None) -> None:
+        """One inference over `input_buffers` into `output_buffers`: on the GPU, the CUDA graph replayed
+        on `stream` (default: CuPy's current stream), nothing else; launches of one model must be ordered
+        (one stream, or events between streams) because they share the buffers."""
+        if not self.gpu:
+            self._bound.run()
+            return
+        from fuseplanner.run import device
+
+        device.launch(self, stream)
 
     def _load(self, inputs: Mapping) -> None:
         asarray = self._xp.asarray

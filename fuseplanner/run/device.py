@@ -23,7 +23,9 @@ class BenchRecord:
     replays back to back; "cold-L2": a buffer of twice the L2 size is written between replays (outside
     the timed region). `launch_host_s`: median host time of one `graph.launch` call; `call_host_s`:
     median host time of one whole call `model(inputs)` on CuPy inputs (input checks and copies, the
-    launch, output copies; no synchronisation), so `overhead_s` is what a call adds to the launch."""
+    launch, output copies; no synchronisation), so `overhead_s` is what a call adds to the launch;
+    `bound_host_s`: median host time of `model.launch()`, the zero-copy path over the model's own input
+    and output buffers (`bound_overhead_s` is what it adds to the bare launch)."""
 
     model: str
     mode: str
@@ -33,11 +35,17 @@ class BenchRecord:
     p90_s: float
     launch_host_s: float
     call_host_s: float
+    bound_host_s: float = 0.0
 
     @property
     def overhead_s(self) -> float:
         """Host time of a whole call beyond the graph launch."""
         return self.call_host_s - self.launch_host_s
+
+    @property
+    def bound_overhead_s(self) -> float:
+        """Host time of `model.launch()` beyond the bare graph launch."""
+        return self.bound_host_s - self.launch_host_s
 
 
 @dataclass(frozen=True)
@@ -87,26 +95,88 @@ def compile_gpu(program, plan, ops_lib, model_cls):
     stream.synchronize()
     model = model_cls(program, plan, bound, cp, gpu=True)
     model._graph, model._stream, model._pool = graph, stream, pool
+    model._io = FastIO(cp, model._in_plan, model._out_plan)
     return model
 
 
-def call(model, inputs: dict, graph: bool = True) -> dict:
-    """Copy inputs in, replay the graph (or run step by step), return copies of the outputs."""
-    cp = model._xp
-    host = all(isinstance(v, np.ndarray) for v in inputs.values())
-    stream = model._stream
-    caller = cp.cuda.get_current_stream()
-    stream.wait_event(caller.record())
-    with stream:
-        model._load(inputs)
-        if graph:
-            model._graph.launch(stream)
-        else:
-            model._bound.run()
-        out = model._outputs(host)
-    if not host:
-        caller.wait_event(stream.record())
+@dataclass(frozen=True)
+class _Copy:
+    """One input or output copied with a raw stream-ordered memcpy: the arena view, the caller-side dtype
+    and whether the two agree (otherwise the call converts through CuPy)."""
+
+    name: str
+    view: object
+    dtype: np.dtype
+    raw: bool
+
+
+class FastIO:
+    """What a GPU call copies, worked out once, and two reusable events that order the model's stream
+    after the caller's (inputs ready) and the caller's after the model's (outputs written)."""
+
+    def __init__(self, cp, in_plan, out_plan) -> None:
+        self.ins = tuple(_Copy(n, v, want, v.dtype == want and v.flags.c_contiguous) for n, _, want, v in in_plan)
+        self.outs = tuple(_Copy(n, src, want, src.dtype == want and src.flags.c_contiguous)
+                          for n, src, want in out_plan)  # fmt: skip
+        self.ready = cp.cuda.Event(disable_timing=True)
+        self.done = cp.cuda.Event(disable_timing=True)
+
+
+def _copy_in(cp, c: _Copy, a, host: bool, stream) -> None:
+    rt = cp.cuda.runtime
+    if c.raw and host and a.flags.c_contiguous:
+        rt.memcpyAsync(c.view.data.ptr, a.ctypes.data, a.nbytes, rt.memcpyHostToDevice, stream.ptr)
+    elif c.raw and not host and a.flags.c_contiguous:
+        rt.memcpyAsync(c.view.data.ptr, a.data.ptr, a.nbytes, rt.memcpyDeviceToDevice, stream.ptr)
+    else:
+        with stream:
+            c.view[...] = cp.asarray(a)
+
+
+def _copy_out(cp, c: _Copy, host: bool, stream):
+    rt, src = cp.cuda.runtime, c.view
+    if not c.raw:
+        with stream:
+            out = src.astype(c.dtype, copy=True)
+            return out.get(stream=stream) if host else out
+    if host:
+        out = np.empty(src.shape, c.dtype)
+        rt.memcpyAsync(out.ctypes.data, src.data.ptr, src.nbytes, rt.memcpyDeviceToHost, stream.ptr)
+        return out
+    out = cp.empty(src.shape, c.dtype)  # on the caller's stream, which waits for `done` before using it
+    rt.memcpyAsync(out.data.ptr, src.data.ptr, src.nbytes, rt.memcpyDeviceToDevice, stream.ptr)
     return out
+
+
+def call(model, inputs: dict, graph: bool = True) -> dict:
+    """Copy inputs in, replay the graph (or run step by step), return copies of the outputs: raw
+    stream-ordered copies on the model's stream, ordered after the caller's stream by one reusable event
+    and before it by another (host inputs: the call returns once the outputs are on the host)."""
+    cp, io, stream = model._xp, model._io, model._stream
+    host = all(type(v) is np.ndarray for v in inputs.values())
+    caller = cp.cuda.get_current_stream()
+    io.ready.record(caller)
+    stream.wait_event(io.ready)
+    for c in io.ins:
+        _copy_in(cp, c, inputs[c.name], host, stream)
+    if graph:
+        model._graph.launch(stream)
+    else:
+        with stream:
+            model._bound.run()
+    out = {c.name: _copy_out(cp, c, host, stream) for c in io.outs}
+    if host:
+        stream.synchronize()
+    else:
+        io.done.record(stream)
+        caller.wait_event(io.done)
+    return out
+
+
+def launch(model, stream=None) -> None:
+    """Replay the graph on `stream` (default: the current CuPy stream) over the model's own input and
+    output buffers: no copies, no checks."""
+    model._graph.launch(stream if stream is not None else model._xp.cuda.get_current_stream())
 
 
 def _random_inputs(model, seed: int = 0) -> dict:
@@ -212,7 +282,21 @@ def bench(model, replays: int = 200, cold_l2: bool = False) -> BenchRecord:
     t = np.asarray(times)
     mode = "cold-L2 (2x L2 buffer written between replays)" if cold_l2 else "warm-L2"
     return BenchRecord(model.program.name, mode, replays, float(np.median(t)), float(np.percentile(t, 10)),
-                       float(np.percentile(t, 90)), float(np.median(host)), _call_host(model, min(replays, 100)))  # fmt: skip
+                       float(np.percentile(t, 90)), float(np.median(host)), _call_host(model, min(replays, 100)),
+                       _bound_host(model, min(replays, 100)))  # fmt: skip
+
+
+def _bound_host(model, calls: int) -> float:
+    """Median host time of `calls` `model.launch()` calls, the stream drained between calls outside the
+    timed region."""
+    stream = model._xp.cuda.get_current_stream()
+    samples = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        model.launch()
+        samples.append(time.perf_counter() - t0)
+        stream.synchronize()
+    return float(np.median(samples))
 
 
 def _call_host(model, calls: int) -> float:

@@ -58,6 +58,6 @@ def conv2d(cp: Any, node: Node, win: Window, groups: int):
     def kernel(ins, outs):
         wt = w_dev if w_dev is not None else ins[1].astype(np.float32).reshape(-1)
         bias = b_dev if b_dev is not None else (ins[2].astype(np.float32) if node.has_input(2) else wt)
-        kern(cp.ascontiguousarray(ins[0]), wt, bias, outs[0])
+        kern(cp.ascontiguousarray(ins[0]).reshape(-1), wt, bias, outs[0])  # 1-D: raw indexing without unravelling
 
     return kernel

@@ -181,7 +181,7 @@ def batched_gemm(cp: Any, a: Any, b: Any, out: Any) -> None:
     work = cp.empty((blocks * ksplit, m, n), dtype=cp.float32) if ksplit > 1 else out
     _kernel("fp_gemm", _defines(defines))(grid, (256, 1, 1), (a, b, out, work))
     if ksplit > 1:
-        _split_sum(cp)(work, np.int32(ksplit), np.int64(m * n), out.reshape(blocks * m * n))
+        _split_sum(cp)(work.reshape(-1), np.int32(ksplit), np.int64(m * n), out.reshape(blocks * m * n))
 
 
 #: Output tiles (x K splits) that keep every SM busy: about two blocks per SM of a 132-SM GPU.
