@@ -132,6 +132,9 @@ def test_markdown_lists_the_wrong_decisions_and_pooled_shares():
     # c+d fused in the isolated context: predicted +2.00 us, measured -2.00 us
     assert "| syn | fp32 | 1 | isolated | c+d | fuse | +2.00 | -2.00 |" in md
     assert "| syn | fp32 | 1 | graph | a+b | not | +0.50 | +4.00 |" in md
+    # c+d's planned side is its kernel and the Add it leaves alone: 15 + 3 = 18 us against 9 + 7 = 16 unfused
+    assert ("| syn | fp32 | 1 | c+d | pw_pw | fuse, +2.00, WRONG | not (b+c instead), -0.50, right | -2.00 | "
+            "18.00 / 16.00 |") in md  # fmt: skip
     assert to_markdown([synthetic("syn", True).model_copy(update={"decisions": None})]) == ""
 
 
