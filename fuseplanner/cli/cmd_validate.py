@@ -44,8 +44,9 @@ def register(subparsers) -> None:
     p.add_argument("--repeat", type=positive_int, default=100, help="timed runs per measurement (median; default 100)")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
                    help="pin a graph input shape, e.g. input=1x3x224x224 (repeatable)")
-    p.add_argument("--from-results", metavar="RESULTS_JSON",
-                   help="regenerate report.md and plots from a saved records.jsonl or results.json (no GPU needed)")
+    p.add_argument("--from-results", nargs="+", metavar="RESULTS_JSON",
+                   help="regenerate report.md and plots from a saved records.jsonl or results.json (no GPU needed); "
+                   "with --whole: one or more whole.json files")
     p.add_argument("--repredict", action="store_true",
                    help="with --from-results: recompute our model's predictions with the current cost model and --gpu "
                    "(default: the spec the results name), re-plan each group among its measured tiles, then report")
@@ -58,6 +59,10 @@ def register(subparsers) -> None:
     p.add_argument("--context", choices=CONTEXTS, default="isolated",
                    help="with --whole: the execution context the plan's time objective decides in (default isolated)")
     p.add_argument("--replays", type=positive_int, default=200, help="with --whole: CUDA-graph replays timed (default 200)")
+    p.add_argument("--decisions", action="store_true",
+                   help="with --whole: also compile and time the model planned in the other context, so every group "
+                   "either context fuses is measured; with --whole --from-results: print (and write decisions.md) only "
+                   "the fuse decisions of both contexts scored against the saved step times")
     p.set_defaults(func=run)
 
 
@@ -66,9 +71,9 @@ def _repredicted(args: argparse.Namespace, out: Path) -> dict:
     from fuseplanner.validation import fit
     from fuseplanner.validation.report import load_results, write_report
 
-    run = load_results(args.from_results)
+    run = load_results(args.from_results[0])
     spec = specs.gpu(run.meta.gpu) if args.gpu == "auto" else resolve_gpu(args.gpu)
-    return write_report(fit.repredict(run, spec), out, source=args.from_results)
+    return write_report(fit.repredict(run, spec), out, source=args.from_results[0])
 
 
 def resolve_gpu(name: str):
@@ -126,15 +131,19 @@ def _print_summary(summary: dict, out: Path | None) -> None:
 def run(args: argparse.Namespace) -> int:
     from fuseplanner.validation.report import report_from_results
 
+    if args.decisions and not args.whole:
+        raise FusePlannerError("--decisions goes with --whole")
     if args.from_results:
-        out = Path(args.out or Path(args.from_results).parent)
+        out = Path(args.out or Path(args.from_results[0]).parent)
         if args.whole:
-            return _whole_from_results(args, out)
+            return _decisions_from_results(args, out) if args.decisions else _whole_from_results(args, out)
+        if len(args.from_results) > 1:
+            raise FusePlannerError("--from-results takes one records.jsonl or results.json (several only with --whole)")
         if args.repredict:
             summary = _repredicted(args, out)
             _emit(args, summary, out)
             return 0
-        summary = report_from_results(args.from_results, out)
+        summary = report_from_results(args.from_results[0], out)
         _emit(args, summary, out)
         return 0
     if not args.model:
@@ -146,18 +155,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _validate_whole(args: argparse.Namespace) -> int:
-    from fuseplanner.validation.whole import measure, to_markdown, write
+    from fuseplanner.validation.whole import measure, write
 
     gpu = resolve_gpu(args.gpu)
     result = measure(args.model, gpu, dtype=args.dtype, precision=args.precision, batch=args.batch,
-                     replays=args.replays, context=args.context,
-                     input_shapes=parse_input_shapes(args.input_shape) or None)  # fmt: skip
+                     replays=args.replays, context=args.context, decisions=args.decisions,
+                     input_shapes=parse_input_shapes(args.input_shape) or None,
+                     progress=lambda line: sys.stderr.write(line + "\n"))  # fmt: skip
     out = Path(args.out) if args.out else _default_out(args.model, gpu.name, args.dtype, result.batch)
     js, md = write([result], out)
     if args.json:
         sys.stdout.write(result.model_dump_json(indent=1) + "\n")
     else:
-        sys.stdout.write(to_markdown([result]) + f"\nwrote {js} and {md}\n")
+        sys.stdout.write(md.read_text(encoding="utf-8") + f"\nwrote {js} and {md}\n")
     return 0
 
 
@@ -165,14 +175,31 @@ def _whole_from_results(args: argparse.Namespace, out: Path) -> int:
     """Saved `--whole` measurements against the current cost model and `--gpu` (default: the spec each
     result names), without a GPU; whole.json and whole.md written to `out` (never over the input)."""
     from fuseplanner.hw import spec as specs
-    from fuseplanner.validation.whole import read, repredict, to_markdown, write
+    from fuseplanner.validation.whole import read, repredict, write
 
-    if (out / "whole.json").resolve() == Path(args.from_results).resolve():
+    if any((out / "whole.json").resolve() == Path(f).resolve() for f in args.from_results):
         raise FusePlannerError(f"--out {out} would overwrite the results read: give another folder")
     results = [repredict(r, specs.gpu(r.gpu) if args.gpu == "auto" else specs.gpu(args.gpu), args.model,
-                         args.context) for r in read(args.from_results)]  # fmt: skip
+                         args.context) for f in args.from_results for r in read(f)]  # fmt: skip
     js, md = write(results, out)
-    sys.stdout.write(to_markdown(results) + f"\nwrote {js} and {md}\n")
+    sys.stdout.write(md.read_text(encoding="utf-8") + f"\nwrote {js} and {md}\n")
+    return 0
+
+
+def _decisions_from_results(args: argparse.Namespace, out: Path) -> int:
+    """The fuse decisions of both contexts saved in `--whole` results, scored against their saved step
+    times (no re-prediction, no GPU); printed and written to `out`/decisions.md."""
+    from fuseplanner.validation.whole import read
+    from fuseplanner.validation.whole_decisions import to_markdown
+
+    results = [r for f in args.from_results for r in read(f)]
+    text = to_markdown(results)
+    if not text:
+        raise FusePlannerError("no result in these files has decision measurements: measure with a current "
+                               "`fuseplanner validate MODEL --whole`")  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "decisions.md").write_text(text, encoding="utf-8")
+    sys.stdout.write(text + f"\nwrote {out / 'decisions.md'}\n")
     return 0
 
 

@@ -21,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fuseplanner.core.errors import PlanError, RecordsError
 from fuseplanner.planning.whole import WholePlanPrediction
+from fuseplanner.validation.whole_decisions import DecisionData, MeasuredStep, PlanRun, candidates
+from fuseplanner.validation.whole_decisions import to_markdown as decisions_markdown
 
 SCHEMA = "fuseplanner.whole/1"
 
@@ -80,6 +82,10 @@ class WholeResult(BaseModel):
     step_error_p90: float | None = None
     unmatched_steps: list[str] = Field(default_factory=list, description="measured steps with no predicted step")
     step_mode: str = Field(default="stream", description="how steps were timed: run.device.STEP_MODES")
+    unfused_steps: list[MeasuredStep] = Field(default_factory=list,
+                                              description="the unfused model's steps timed in graph mode")  # fmt: skip
+    decisions: DecisionData | None = Field(default=None, description="fuse decision candidates and the planned "
+                                           "runs measured for them (validation.whole_decisions)")  # fmt: skip
 
 
 def owners(plan, graph) -> dict[str, str]:
@@ -188,8 +194,13 @@ def write(results: Sequence[WholeResult], out: Path) -> tuple[Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
     js, md = out / "whole.json", out / "whole.md"
     js.write_text("[\n" + ",\n".join(r.model_dump_json(indent=1) for r in results) + "\n]\n", encoding="utf-8")
-    md.write_text(to_markdown(results), encoding="utf-8")
+    md.write_text(to_markdown(results) + _decisions_section(results), encoding="utf-8")
     return js, md
+
+
+def _decisions_section(results: Sequence[WholeResult]) -> str:
+    text = decisions_markdown(results)
+    return "\n" + text if text else ""
 
 
 def _latency(rec) -> Latency:
@@ -197,27 +208,78 @@ def _latency(rec) -> Latency:
 
 
 def measure(model, spec, *, dtype: str = "fp32", precision: str = "fp32", batch: int | None = None,
-            replays: int = 200, context: str = "isolated", input_shapes=None,
-            step_mode: str = "graph") -> WholeResult:  # fmt: skip
+            replays: int = 200, context: str = "isolated", input_shapes=None, step_mode: str = "graph",
+            decisions: bool = False, step_repeats: int = 20, progress=None) -> WholeResult:  # fmt: skip
     """(GPU) Compile `model` planned (the time objective decided in `context`) and unfused, bench both
-    as CUDA-graph replays with a warm L2, time the planned steps in stream mode, and compare with the
-    whole-inference predictions."""
+    as CUDA-graph replays with a warm L2, time the planned steps (`step_mode`) and the unfused steps
+    (graph mode), and compare with the whole-inference predictions. The result carries the fuse
+    decisions of both contexts (`validation.whole_decisions`); `decisions` also compiles and times the
+    model planned in the other context, so that every group either context fuses is measured.
+    `progress` (a callable taking one line) hears what runs."""
     import fuseplanner
     from fuseplanner.frontend.load import load_model
-    from fuseplanner.planning.search import plan as make_plan
     from fuseplanner.planning.whole import predict_whole
 
+    say = progress or (lambda _line: None)
     graph = load_model(model, input_shapes, batch)
-    plan = make_plan(graph, spec, dtype=dtype, precision=precision, context=context)
-    fused = fuseplanner.compile(model, spec, plan, dtype=dtype, precision=precision, batch=batch, input_shapes=input_shapes)
-    bare = fuseplanner.compile(model, spec, dtype=dtype, precision=precision, batch=batch, fuse=False,
-                               input_shapes=input_shapes)  # fmt: skip
+    plans = _both_plans(graph, spec, dtype, precision, say)
+    plan = plans[context]
+
+    def build(p, what: str, **kw):
+        say(f"{graph.name}: compiling {what}")
+        return fuseplanner.compile(model, spec, p, dtype=dtype, precision=precision, batch=batch,
+                                   input_shapes=input_shapes, **kw)  # fmt: skip
+
+    fused = build(plan, f"the {context}-context plan ({len(plan.groups)} groups)")
+    bare = build(None, "the unfused model", fuse=False)
+    say(f"{graph.name}: benching planned and unfused, {replays} CUDA-graph replays each")
     rec_p, rec_u = fused.bench(replays=replays), bare.bench(replays=replays)
-    times = fused.time_nodes(mode=step_mode)
+    times = _time_steps(fused, "planned", step_mode, step_repeats, say)
+    runs = [PlanRun(context=context, steps=_with_covers(fused, times if step_mode == "graph" else
+                                                        _time_steps(fused, "planned", "graph", step_repeats, say)))]  # fmt: skip
+    unfused_steps = _with_covers(bare, _time_steps(bare, "unfused", "graph", step_repeats, say))
+    if decisions:
+        runs.append(_other_run(plans, context, runs[0], build, step_repeats, say))
     graph_pred = predict_whole(graph, spec, plan, "graph", unfused_plan=bare.plan)
     iso_pred = predict_whole(graph, spec, plan, "isolated", unfused_plan=bare.plan)
-    return compare(graph_pred, iso_pred, _latency(rec_p), _latency(rec_u), times, gpu=spec.name, dtype=dtype,
-                   precision=precision, batch=plan.batch, device=_device_name(), owner=owners(plan, graph), step_mode=step_mode)  # fmt: skip
+    result = compare(graph_pred, iso_pred, _latency(rec_p), _latency(rec_u), times, gpu=spec.name, dtype=dtype,
+                     precision=precision, batch=plan.batch, device=_device_name(), owner=owners(plan, graph),
+                     step_mode=step_mode)  # fmt: skip
+    data = DecisionData(candidates=candidates(plans["isolated"], plans["graph"], bare.plan, spec), runs=runs)
+    return result.model_copy(update={"unfused_steps": unfused_steps, "decisions": data})
+
+
+def _both_plans(graph, spec, dtype: str, precision: str, say) -> dict:
+    """The model planned with the time objective decided in each context, by context."""
+    from fuseplanner.core.kinds import CONTEXTS
+    from fuseplanner.planning.search import plan as make_plan
+
+    say(f"{graph.name}: planning in the {' and '.join(CONTEXTS)} contexts")
+    return {c: make_plan(graph, spec, dtype=dtype, precision=precision, context=c) for c in CONTEXTS}
+
+
+def _time_steps(compiled, what: str, mode: str, repeats: int, say) -> list:
+    n = sum(1 for s in compiled.steps if s.kind != "view")
+    say(f"{compiled.program.name}: timing the {n} steps of the {what} model ({mode} mode, {repeats} repeats)")
+    return compiled.time_nodes(repeats=repeats, mode=mode)
+
+
+def _with_covers(compiled, times) -> list[MeasuredStep]:
+    """Timed steps (`time_nodes`: every step but views, in order) with the ONNX nodes each covers."""
+    infos = [s for s in compiled.steps if s.kind != "view"]
+    return [MeasuredStep(label=t.label, kind=t.kind, measured_s=t.seconds, covers=list(i.covers))
+            for i, t in zip(infos, times, strict=True)]  # fmt: skip
+
+
+def _other_run(plans: dict, context: str, measured: PlanRun, build, repeats: int, say) -> PlanRun:
+    """The model planned in the context other than `context`, compiled and its steps timed in graph
+    mode; the measured run's steps again when both plans have the same kernels and tiles."""
+    other = next(c for c in plans if c != context)
+    if plans[other].tiles() == plans[context].tiles():
+        say(f"the {other}-context plan has the same kernels as the {context}-context plan: measured once")
+        return PlanRun(context=other, steps=measured.steps)
+    m = build(plans[other], f"the {other}-context plan ({len(plans[other].groups)} groups)")
+    return PlanRun(context=other, steps=_with_covers(m, _time_steps(m, f"{other}-context planned", "graph", repeats, say)))
 
 
 @dataclass(frozen=True)
@@ -260,9 +322,10 @@ def repredict(result: WholeResult, spec, model=None, context: str = "isolated") 
                         f"{missing[0]!r}): re-predicting needs the measured plan; measure again with this spec")
     iso_pred = predict_whole(graph, spec, plan, "isolated", unfused_plan=unfused)
     steps = [_Measured(s.label, s.kind, s.measured_s) for s in result.steps]
-    return compare(graph_pred, iso_pred, result.measured_planned, result.measured_unfused, steps, gpu=spec.name,
-                   dtype=result.dtype, precision=result.precision, batch=result.batch, device=result.device,
-                   step_mode=result.step_mode)  # fmt: skip
+    again = compare(graph_pred, iso_pred, result.measured_planned, result.measured_unfused, steps, gpu=spec.name,
+                    dtype=result.dtype, precision=result.precision, batch=result.batch, device=result.device,
+                    step_mode=result.step_mode)  # fmt: skip
+    return again.model_copy(update={"unfused_steps": result.unfused_steps, "decisions": result.decisions})
 
 
 def _device_name() -> str:

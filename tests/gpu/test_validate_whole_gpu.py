@@ -34,3 +34,25 @@ def test_cli_whole_writes_json_and_markdown(tmp_path):
     rows = json.loads((tmp_path / "whole.json").read_text())
     assert WholeResult.model_validate(rows[0]).model == "mobilenet_v1"
     assert "End-to-end latency" in (tmp_path / "whole.md").read_text()
+
+
+def test_decisions_mobilenet_v1():
+    """Both contexts' plans compiled and timed (--decisions): every group either context fuses is
+    measured, its fused step and the unfused steps of its members matched by covered nodes."""
+    from fuseplanner.validation.whole_decisions import score, summarise
+
+    spec = detect()
+    if spec is None:
+        pytest.skip("no bundled spec matches this GPU")
+    lines: list[str] = []
+    r = measure("mobilenet_v1", spec, batch=1, replays=10, step_repeats=5, decisions=True, progress=lines.append)
+    assert any("compiling the graph-context plan" in x for x in lines)  # the plans differ on MobileNetV1
+    assert r.unfused_steps and all(s.measured_s > 0 for s in r.unfused_steps)
+    assert {run.context for run in r.decisions.runs} == {"isolated", "graph"}
+    decisions = score(r)
+    assert len(decisions) == 2 * len(r.decisions.candidates) > 0
+    for d in decisions:
+        assert d.measured is not None, d.group
+        assert d.measured.fused_s > 0 and d.measured.unfused_s > 0
+        assert set(d.measured.unfused_steps) >= set(d.group.split("+"))  # each member's unfused step matched
+    assert all(s.unmeasured == 0 and s.scored > 0 for s in summarise(decisions))
