@@ -9,6 +9,7 @@ fused (FCM) kernels for a tile, dtype, batch and GPU. Pure functions; see docs/c
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 
 from fuseplanner.core.errors import PlanError
@@ -23,10 +24,11 @@ from fuseplanner.cost.model import (
     launch_gma,
     launch_time,
     launched,
+    scheduled,
 )
 from fuseplanner.cost.time import blocks_per_sm, mma_rate, warp_rates
 from fuseplanner.costbase.traffic import span_union
-from fuseplanner.costbase.work import PARAM_BYTES, Work
+from fuseplanner.costbase.work import PARAM_BYTES, KernelModel, Work
 from fuseplanner.hw.spec import GpuSpec
 from fuseplanner.hw.spec import gpu as _gpu
 from fuseplanner.kernels import tiles
@@ -123,6 +125,8 @@ def best_tile(
     hw = gpu.hw
     sms = hw.sm_count
     timing = (kind, ops, dtype, precision, hw, mma_rate(dtype, precision, hw), warp_rates(kind, dtype, precision, hw))
+    if lazy and objective == "time":
+        return _best_by_floor(feasible, batch, gpu, km, residual, timing)
     by_time, by_gma = objective == "time", objective == "gma"
     occupancy: dict[tuple[int, int, int], int] = {}
     best: tuple[float, float, float, float] | None = None
@@ -179,6 +183,78 @@ def best_tile(
         if best is None or (r, i) < (best, best_i):
             best, best_i = r, i
     return best_i, best, skipped
+
+
+def _best_by_floor(feasible: Sequence[tuple[Tile, int, int]], batch: int, gpu: GpuSpec, km: KernelModel,
+                   residual: bool, timing: tuple) -> tuple[int | None, tuple[float, float, float, float] | None, int | None]:  # fmt: skip
+    """`best_tile` for the time objective of a bounded kernel model, best first over three ranks of
+    each tile, each a lower bound of the next: the time of its `KernelModel.floor` (no bytes at all,
+    `_floor_ranks`), the rank of its `KernelModel.bounded` work (floored request counts, no L2
+    bytes), its exact rank. The tile of smallest (rank, index) is taken from a heap of
+    (rank, index) entries; a lower rank is replaced by the next one, an exact rank competes for the
+    best. Once the smallest entry exceeds the best exact (rank, index), no other tile can beat it
+    (its rank is at least its entry's): the same result as ranking every tile exactly, without the
+    traffic of the many tiles whose time, even free of bytes, already loses."""
+    kind, ops, dtype, precision, hw = timing[:5]
+    sms = hw.sm_count
+    heap, skipped = _floor_ranks(feasible, batch, gpu, km, timing)
+    heapq.heapify(heap)
+    bounded: dict[tuple[int, int, int, int], tuple[Work, int, int, dict]] = {}  # by (th, tw, tf, tc)
+    best: tuple[float, float, float, float] | None = None
+    best_i = None
+    while heap:
+        rank, i, exact, bps = heapq.heappop(heap)
+        if best is not None and (rank, i) > (best, best_i):
+            break
+        tile = feasible[i][0]
+        if exact:
+            w, depth, ks = launched(kind, ops, tile, dtype, batch, gpu, km, residual, precision)
+            r = _rank("time", tile, w, ks, depth, bps, _gma(w, bps, ks, hw, kind), dram_traffic(w, sms * bps, hw), timing)
+            if best is None or (r, i) < (best, best_i):
+                best, best_i = r, i
+            continue
+        key = (tile.th, tile.tw, tile.tf, tile.tc)
+        hit = bounded.get(key)
+        if hit is None:
+            hit = bounded[key] = (*launched(kind, ops, tile, dtype, batch, gpu, km, residual, precision, exact=False), {})
+        w, depth, ks, dram_by_bps = hit
+        dram_rw = dram_by_bps.get(bps)
+        if dram_rw is None:
+            dram_rw = dram_by_bps[bps] = dram_traffic(w, sms * bps, hw)
+        heapq.heappush(heap, (_rank("time", tile, w, ks, depth, bps, 0.0, dram_rw, timing), i, True, bps))
+    return best_i, best, skipped
+
+
+def _floor_ranks(feasible: Sequence[tuple[Tile, int, int]], batch: int, gpu: GpuSpec, km: KernelModel,
+                 timing: tuple) -> tuple[list[tuple], int | None]:  # fmt: skip
+    """(heap entries (rank, index, False, blocks per SM) of the tiles at least one block of which fits
+    on an SM, ranked by the time of their `KernelModel.floor` as the launch schedules it; the index
+    of the first tile with none). The floor has the tile's blocks, chunk iterations and FLOPs and no
+    bytes: `model.launch_time` only grows with the bytes (and DRAM bytes), so this is at most the
+    time of any work of the tile. The L2 bytes, which only break ties, are bounded by 0."""
+    kind, ops, dtype, precision, hw, mma, rates = timing
+    occupancy: dict[tuple[int, int, int], int] = {}
+    floors: dict[tuple[int, int, int, int], tuple[Work, int, int]] = {}  # by (th, tw, tf, tc)
+    out: list[tuple] = []
+    skipped = None
+    for i, (tile, smem, regs) in enumerate(feasible):
+        key = (smem, tile.threads, regs)
+        bps = occupancy.get(key)
+        if bps is None:
+            bps = occupancy[key] = blocks_per_sm(smem, tile.threads, regs, hw)[0]
+        if bps < 1:
+            if skipped is None:
+                skipped = i
+            continue
+        key = (tile.th, tile.tw, tile.tf, tile.tc)
+        fl = floors.get(key)
+        if fl is None:
+            ks = tiles.cluster_split(kind, ops, tile, batch, gpu, dtype)
+            fl = floors[key] = (*scheduled(kind, ops, tile, dtype, km.floor(tile, batch), ks), ks)
+        w, depth, ks = fl
+        t = launch_time(kind, ops, tile, dtype, precision, w, ks, depth, bps, 0.0, hw, mma, rates)
+        out.append(((t, t, 0.0, 0.0), i, False, bps))
+    return out, skipped
 
 
 def _gma(w: Work, bps: int, ks: int, hw, kind: str) -> float:
