@@ -35,7 +35,7 @@ from fuseplanner.core.kinds import COST_MODELS, DTYPE_BYTES, GROUP_KINDS, OBJECT
 from fuseplanner.core.kinds import LAYER_KINDS as TILED_KINDS
 from fuseplanner.cost.execution import check_context, context_time, launch_terms
 from fuseplanner.kernels import tiles as tiles_mod
-from fuseplanner.kernels.family import family
+from fuseplanner.kernels.family import cost_model, family
 from fuseplanner.planning.candidates import (
     Candidate,
     LayerResidual,
@@ -196,6 +196,8 @@ class TileSearch:
         n = workers * CHUNKS_PER_WORKER
         chunks = [c for c in ([kv for f in fams[i::n] for kv in f] for i in range(n)) if c]
         ctx = _context(self)
+        for kind in {job[0] for job in todo.values()}:
+            cost_model(kind)  # imported once here, not again by every forked process
         with ProcessPoolExecutor(max_workers=workers - 1, mp_context=multiprocessing.get_context("fork")) as pool:
             futures = [pool.submit(_search_chunk, (ctx, c)) for c in chunks]
             # this process is the last worker: it searches the chunks no other has started, from the
