@@ -110,6 +110,8 @@ def best_tile(
     (rank, index) so far: no later tile can beat it, since its rank is at least its bound. Without
     a bound, for the "gma" objective a tile whose L2-level bytes exceed the best so far is not timed,
     for "dram" one whose DRAM bytes exceed the best so far (its rank is larger whatever its time).
+    For the time objective a bounded model's tiles are first ranked by the time of their byte-free
+    `KernelModel.floor` (`_best_by_floor`), and only those that may still win get the bound.
     """
     if objective not in OBJECTIVES:
         raise PlanError(f"unknown objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
