@@ -107,3 +107,21 @@ def test_version_subprocess():
     proc = subprocess.run([sys.executable, "-m", "fuseplanner.cli.main", "--version"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == f"fuseplanner {__version__}"
+
+
+def test_console_script_short_command_flushes_everything_before_its_fast_exit(capsys):
+    """Run as the console script, a short command ends the process without the interpreter's teardown
+    (`cli.main._exit_now`): all it wrote (here a --json plan piped to a file) arrives, with its exit code,
+    and an error still exits 2 with its one line."""
+    import subprocess
+    import sys
+
+    from fuseplanner.cli.main import main
+
+    assert main(["plan", "mobilenet_v2", "--gpu", "h100", "--json", "-"]) == 0
+    want = capsys.readouterr().out
+    run = [sys.executable, "-c", "import sys; from fuseplanner.cli.main import main; sys.exit(main())"]
+    proc = subprocess.run([*run, "plan", "mobilenet_v2", "--gpu", "h100", "--json", "-"], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout == want and len(proc.stdout) > 10000
+    proc = subprocess.run([*run, "plan", "no_such_model", "--gpu", "h100"], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: model file 'no_such_model' does not exist")

@@ -179,3 +179,57 @@ def test_bounded_work_never_exceeds_the_exact_work(group, dtype, batch, precisio
         assert low.req_read <= exact.req_read and low.ld_read <= exact.ld_read
         assert low._replace(gma_write=0, gma_read=0, req_read=0, ld_read=0) == exact._replace(
             gma_write=0, gma_read=0, req_read=0, ld_read=0)
+
+
+@SETTINGS
+@given(groups(), st.sampled_from(["fp32", "fp16"]), st.integers(1, 4),
+       st.sampled_from(["fp32", "tf32"]), st.booleans())  # fmt: skip
+def test_floor_work_is_the_work_without_bytes_and_times_at_most_the_bound(group, dtype, batch, precision, residual):
+    """`best_tile` ranks the tiles first by the time of `KernelModel.floor`: the blocks, iterations,
+    tile counts and FLOPs of the work and no bytes. Its time must never exceed the time of the bounded
+    work (which `best_tile` ranks next), nor that of the exact work."""
+    from fuseplanner.cost.model import context, dram_traffic, launch_time, launched, scheduled
+    from fuseplanner.cost.time import blocks_per_sm
+    from fuseplanner.costbase.work import Work
+
+    kind, ops = group
+    ops = tuple(ops)
+    spec = gpu("h100")
+    precision = precision if dtype == "fp32" else "fp32"
+    km = context(kind, ops, dtype)
+    counted = ("blocks", "iters", "nf", "nsp", "cuda_flops", "mma_flops")
+    for t, smem, regs in tiles.feasible_candidates(kind, ops, dtype, spec)[::5]:
+        floor = km.floor(t, batch)
+        work = km.work(t, batch, residual, precision=precision)
+        assert {f: getattr(floor, f) for f in counted} == {f: getattr(work, f) for f in counted}
+        assert all(getattr(floor, f) == 0 for f in Work._fields if f not in counted)
+        bps = blocks_per_sm(smem, t.threads, regs, spec.hw)[0]
+        if bps < 1:
+            continue
+        low, depth, ks = launched(kind, ops, t, dtype, batch, spec, km, residual, precision, exact=False)
+        exact = launched(kind, ops, t, dtype, batch, spec, km, residual, precision)[0]
+        fl, fl_depth = scheduled(kind, ops, t, dtype, floor, ks)
+        assert (fl.blocks, fl.iters, fl_depth) == (low.blocks, low.iters, depth)
+        floor_s = launch_time(kind, ops, t, dtype, precision, fl, ks, depth, bps, 0.0, spec.hw)
+        for w in (low, exact):
+            dram = sum(dram_traffic(w, spec.hw.sm_count * bps, spec.hw))
+            assert floor_s <= launch_time(kind, ops, t, dtype, precision, w, ks, depth, bps, dram, spec.hw)
+
+
+def test_parallel_search_gives_the_in_process_results():
+    """The planner's tile search spread over forked processes (this one searching the chunks no other
+    has started) finds every job, with the results of the search in this process, and the same plan."""
+    from test_planner import _bundled
+
+    graph = _bundled("mobilenet_v2")
+    jobs = _jobs(graph)
+    assert len(jobs) >= planner.MIN_PARALLEL_SEARCHES  # the search does go parallel
+    keys = [planner.search_key(*job) for job in jobs]
+    alone = planner.TileSearch(gpu("h100"), "fp32", 1, "time")
+    alone.prefetch(jobs, 1)
+    for workers in (2, 3):
+        spread = planner.TileSearch(gpu("h100"), "fp32", 1, "time")
+        spread.prefetch(jobs, workers)
+        assert all(k in spread.cache for k in keys)
+        assert [spread.cache[k] for k in keys] == [alone.cache[k] for k in keys]
+    assert planner.plan(graph, "h100", workers=2).to_json() == planner.plan(graph, "h100", workers=1).to_json()

@@ -9,12 +9,12 @@ fused (FCM) kernels for a tile, dtype, batch and GPU. Pure functions; see docs/c
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 
 from fuseplanner.core.errors import PlanError
 from fuseplanner.core.ir import Cost, KernelResources, Op, Tile
 from fuseplanner.core.kinds import COST_MODELS, KERNEL_KINDS, LAYER_KINDS, OBJECTIVES, PRECISIONS
-from fuseplanner.cost import paper
 from fuseplanner.cost.layers import VIEW_OPS, stream_cost
 from fuseplanner.cost.model import (
     context,
@@ -23,10 +23,11 @@ from fuseplanner.cost.model import (
     launch_gma,
     launch_time,
     launched,
+    scheduled,
 )
 from fuseplanner.cost.time import blocks_per_sm, mma_rate, warp_rates
 from fuseplanner.costbase.traffic import span_union
-from fuseplanner.costbase.work import PARAM_BYTES, Work
+from fuseplanner.costbase.work import PARAM_BYTES, KernelModel, Work
 from fuseplanner.hw.spec import GpuSpec
 from fuseplanner.hw.spec import gpu as _gpu
 from fuseplanner.kernels import tiles
@@ -109,6 +110,8 @@ def best_tile(
     (rank, index) so far: no later tile can beat it, since its rank is at least its bound. Without
     a bound, for the "gma" objective a tile whose L2-level bytes exceed the best so far is not timed,
     for "dram" one whose DRAM bytes exceed the best so far (its rank is larger whatever its time).
+    For the time objective a bounded model's tiles are first ranked by the time of their byte-free
+    `KernelModel.floor` (`_best_by_floor`), and only those that may still win get the bound.
     """
     if objective not in OBJECTIVES:
         raise PlanError(f"unknown objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
@@ -123,6 +126,8 @@ def best_tile(
     hw = gpu.hw
     sms = hw.sm_count
     timing = (kind, ops, dtype, precision, hw, mma_rate(dtype, precision, hw), warp_rates(kind, dtype, precision, hw))
+    if lazy and objective == "time":
+        return _best_by_floor(feasible, batch, gpu, km, residual, timing)
     by_time, by_gma = objective == "time", objective == "gma"
     occupancy: dict[tuple[int, int, int], int] = {}
     best: tuple[float, float, float, float] | None = None
@@ -181,6 +186,90 @@ def best_tile(
     return best_i, best, skipped
 
 
+def _best_by_floor(feasible: Sequence[tuple[Tile, int, int]], batch: int, gpu: GpuSpec, km: KernelModel,
+                   residual: bool, timing: tuple) -> tuple[int | None, tuple[float, float, float, float] | None, int | None]:  # fmt: skip
+    """`best_tile` for the time objective of a bounded kernel model, best first over three ranks of
+    each tile, each a lower bound of the next: the time of its `KernelModel.floor` (no bytes at all,
+    `_floor_ranks`), the rank of its `KernelModel.bounded` work (floored request counts, no L2
+    bytes), its exact rank. The tile of smallest (rank, index) is taken from a heap of
+    (rank, index) entries; a lower rank is replaced by the next one, an exact rank competes for the
+    best. Once the smallest entry exceeds the best exact (rank, index), no other tile can beat it
+    (its rank is at least its entry's): the same result as ranking every tile exactly, without the
+    traffic of the many tiles whose time, even free of bytes, already loses."""
+    kind, ops, dtype, precision, hw = timing[:5]
+    sms = hw.sm_count
+    heap, skipped = _floor_ranks(feasible, batch, gpu, km, timing)
+    heap = list(heap)  # the entries stay as they are for the next search of the same tiles
+    heapq.heapify(heap)
+    bounded: dict[tuple[int, int, int, int], tuple[Work, int, int, dict]] = {}  # by (th, tw, tf, tc)
+    best: tuple[float, float, float, float] | None = None
+    best_i = None
+    while heap:
+        rank, i, exact, bps = heapq.heappop(heap)
+        if best is not None and (rank, i) > (best, best_i):
+            break
+        tile = feasible[i][0]
+        if exact:
+            w, depth, ks = launched(kind, ops, tile, dtype, batch, gpu, km, residual, precision)
+            r = _rank("time", tile, w, ks, depth, bps, _gma(w, bps, ks, hw, kind), dram_traffic(w, sms * bps, hw), timing)
+            if best is None or (r, i) < (best, best_i):
+                best, best_i = r, i
+            continue
+        key = (tile.th, tile.tw, tile.tf, tile.tc)
+        hit = bounded.get(key)
+        if hit is None:
+            hit = bounded[key] = (*launched(kind, ops, tile, dtype, batch, gpu, km, residual, precision, exact=False), {})
+        w, depth, ks, dram_by_bps = hit
+        dram_rw = dram_by_bps.get(bps)
+        if dram_rw is None:
+            dram_rw = dram_by_bps[bps] = dram_traffic(w, sms * bps, hw)
+        heapq.heappush(heap, (_rank("time", tile, w, ks, depth, bps, 0.0, dram_rw, timing), i, True, bps))
+    return best_i, best, skipped
+
+
+def _floor_ranks(feasible: Sequence[tuple[Tile, int, int]], batch: int, gpu: GpuSpec, km: KernelModel,
+                 timing: tuple) -> tuple[list[tuple], int | None]:  # fmt: skip
+    """(heap entries (rank, index, False, blocks per SM) of the tiles at least one block of which fits
+    on an SM, ranked by the time of their `KernelModel.floor` as the launch schedules it; the index
+    of the first tile with none). The floor has the tile's blocks, chunk iterations and FLOPs and no
+    bytes: `model.launch_time` only grows with the bytes (and DRAM bytes), so this is at most the
+    time of any work of the tile. The L2 bytes, which only break ties, are bounded by 0."""
+    kind, ops, dtype, precision, hw, mma, rates = timing
+    args = (km, feasible, gpu)
+    last = _LAST_FLOORS[0]
+    if last is not None and all(a is b for a, b in zip(last[0], args, strict=True)) and last[1] == (batch, precision):
+        return last[2]
+    occupancy: dict[tuple[int, int, int], int] = {}
+    floors: dict[tuple[int, int, int, int], tuple[Work, int, int]] = {}  # by (th, tw, tf, tc)
+    out: list[tuple] = []
+    skipped = None
+    for i, (tile, smem, regs) in enumerate(feasible):
+        key = (smem, tile.threads, regs)
+        bps = occupancy.get(key)
+        if bps is None:
+            bps = occupancy[key] = blocks_per_sm(smem, tile.threads, regs, hw)[0]
+        if bps < 1:
+            if skipped is None:
+                skipped = i
+            continue
+        key = (tile.th, tile.tw, tile.tf, tile.tc)
+        fl = floors.get(key)
+        if fl is None:
+            ks = tiles.cluster_split(kind, ops, tile, batch, gpu, dtype)
+            fl = floors[key] = (*scheduled(kind, ops, tile, dtype, km.floor(tile, batch), ks), ks)
+        w, depth, ks = fl
+        t = launch_time(kind, ops, tile, dtype, precision, w, ks, depth, bps, 0.0, hw, mma, rates)
+        out.append(((t, t, 0.0, 0.0), i, False, bps))
+    _LAST_FLOORS[0] = (args, (batch, precision), (out, skipped))
+    return out, skipped
+
+
+#: The last `_floor_ranks` (its kernel model, tile list and GPU by identity, batch and precision, its
+#: result): the residual and plain searches of a group rank the same tiles (one list, `TileSearch`'s)
+#: by the same floors (a floor does not depend on the residual), one after the other.
+_LAST_FLOORS: list = [None]
+
+
 def _gma(w: Work, bps: int, ks: int, hw, kind: str) -> float:
     """L2-level bytes of a launch of `w` with `bps` blocks per SM (`estimate_ours`' gma)."""
     r, wr = launch_gma(w, bps, ks, hw, kind)
@@ -199,6 +288,8 @@ def _rank(objective: str, tile: Tile, w: Work, ks: int, depth: int, bps: int, gm
 def _estimate_paper(
     kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, batch: int, spec: GpuSpec, residual: bool, precision: str
 ) -> Cost:
+    from fuseplanner.cost import paper
+
     km = context(kind, ops, dtype)
     gs, e = km.gs, km.e
     reason = tiles.check(kind, ops, tile, dtype, spec)

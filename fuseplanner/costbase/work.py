@@ -142,9 +142,22 @@ class KernelModel:
         not depend on how the tile stores (`tiles.store_key`): tiles that differ only there share it."""
         raise NotImplementedError
 
-    def work(self, tile: Tile, b: int, residual: bool, *, precision: str = "fp32", ks: int = 1,
-             exact: bool = True) -> Work:  # fmt: skip
-        """The `Work` of `tile` for `b` images (`exact=False`: `bounded` where the model has it)."""
+    def counts(self, sp: Any, ch: Any) -> tuple[int, int, int, float, float]:
+        """(spatial tiles per image, filter tiles, chunk iterations per block, CUDA-core FLOPs and
+        PW/linear product FLOPs of one image) of the tile whose `spatial` and `channel` parts are `sp`
+        and `ch`, as `combine` counts them."""
+        raise NotImplementedError
+
+    def floor(self, tile: Tile, b: int) -> Work:
+        """A floor of the `work` of `tile` for `b` images, whatever the residual, precision, split or
+        stores: its blocks, chunk iterations, filter and spatial tiles and FLOPs (`counts`), every
+        byte count 0. The tile search (`cost.best_tile`) times it to rank tiles before working out
+        any traffic: time only grows with the bytes."""
+        nsp, nf, iters, cuda, mma = self.counts(*self._parts(tile))
+        return Work(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, b * cuda, b * mma, iters, nsp * nf * b, nf, nsp)
+
+    def _parts(self, tile: Tile) -> tuple[Any, Any]:
+        """The tile's `spatial` and `channel` parts, memoised."""
         key = (tile.th, tile.tw)
         sp = self._sp.get(key)
         if sp is None:
@@ -153,6 +166,12 @@ class KernelModel:
         ch = self._ch.get(key)
         if ch is None:
             ch = self._ch[key] = self.channel(tile.tf, tile.tc)
+        return sp, ch
+
+    def work(self, tile: Tile, b: int, residual: bool, *, precision: str = "fp32", ks: int = 1,
+             exact: bool = True) -> Work:  # fmt: skip
+        """The `Work` of `tile` for `b` images (`exact=False`: `bounded` where the model has it)."""
+        sp, ch = self._parts(tile)
         if not exact and self.BOUNDED:
             return self.bounded(sp, ch, tile, b, residual)
         return self.stores(self.combine(sp, ch, tile, b, residual), tile, b, precision, ks)

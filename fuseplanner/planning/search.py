@@ -35,7 +35,7 @@ from fuseplanner.core.kinds import COST_MODELS, DTYPE_BYTES, GROUP_KINDS, OBJECT
 from fuseplanner.core.kinds import LAYER_KINDS as TILED_KINDS
 from fuseplanner.cost.execution import check_context, context_time, launch_terms
 from fuseplanner.kernels import tiles as tiles_mod
-from fuseplanner.kernels.family import family
+from fuseplanner.kernels.family import cost_model, family
 from fuseplanner.planning.candidates import (
     Candidate,
     LayerResidual,
@@ -177,7 +177,8 @@ class TileSearch:
         return Choice(best_tile, best_cost, "", len(cands))
 
     def prefetch(self, jobs: Sequence[tuple[str, tuple[Op, ...], bool]], workers: int) -> None:
-        """Search every not yet cached (kind, ops, residual) job, on `workers` processes when > 1."""
+        """Search every not yet cached (kind, ops, residual) job, on `workers` processes when > 1 (this
+        one and `workers` - 1 forked ones)."""
         todo: dict[tuple, tuple[str, tuple[Op, ...], bool]] = {}
         for kind, ops, residual in jobs:
             key = search_key(kind, ops, residual)
@@ -192,12 +193,22 @@ class TileSearch:
         for key, job in todo.items():  # residual and plain variants share their candidate tiles
             families.setdefault((key[0], key[2]), []).append((key, job))
         fams = sorted(families.values(), key=lambda f: -sum(_weight(j) for _, j in f))
-        n = workers * 4
-        chunks = [[kv for f in fams[i::n] for kv in f] for i in range(n)]
+        n = workers * CHUNKS_PER_WORKER
+        chunks = [c for c in ([kv for f in fams[i::n] for kv in f] for i in range(n)) if c]
         ctx = _context(self)
-        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            for done in pool.map(_search_chunk, [(ctx, c) for c in chunks if c]):
-                self.cache.update(done)
+        for kind in {job[0] for job in todo.values()}:
+            cost_model(kind)  # imported once here, not again by every forked process
+        with ProcessPoolExecutor(max_workers=workers - 1, mp_context=multiprocessing.get_context("fork")) as pool:
+            futures = [pool.submit(_search_chunk, (ctx, c)) for c in chunks]
+            # this process is the last worker: it searches the chunks no other has started, from the
+            # last one back, while they take them from the first one on
+            with _gc_paused():
+                for fut, chunk in zip(reversed(futures), reversed(chunks), strict=True):
+                    if fut.cancel():
+                        self.cache.update((key, self._search(*job)) for key, job in chunk)
+            for fut in futures:
+                if not fut.cancelled():
+                    self.cache.update(fut.result())
 
     def layer(self, op: Op, residual: bool = False) -> Choice:
         """The best way to run one op on its own (`residual`: its kernel also applies the residual Add
@@ -224,6 +235,10 @@ def search_key(kind: str, ops: Sequence[Op], residual: bool) -> tuple:
 
 #: Fewer distinct searches than this run in-process (a process pool costs more than it saves).
 MIN_PARALLEL_SEARCHES = 24
+
+
+#: Chunks of searches per process of a parallel search (finer chunks balance the processes better).
+CHUNKS_PER_WORKER = 6
 
 
 def _weight(job: tuple[str, tuple[Op, ...], bool]) -> int:

@@ -74,6 +74,9 @@ class DwModel(KernelModel):
 
     BOUNDED = True
 
+    def counts(self, sp: tuple, ch: tuple) -> tuple[int, int, int, float, float]:
+        return sp[0], ch[0], 1, self.flops, 0.0
+
     def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
         return self._combine(sp, ch, tile, b, residual, False)
 

@@ -184,12 +184,16 @@ class PwDwModel(FusedModel):
         return (cdiv(gd.co, tf), packed_pw_weight_sectors(gp, tf, self.e) + dw_w, cdiv(gp.c, tc) + 1, w_u,
                 bias_sectors(gp, tf) + dw_w)  # fmt: skip
 
+    def counts(self, sp: tuple, ch: tuple) -> tuple[int, int, int, float, float]:
+        return sp[0], ch[0], ch[2], 2.0 * self.gs[1].macs, sp[3]
+
     def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
-        gp, gd = self.gs
-        nsp, in_s, out, pw_done, hit = sp
-        nf, w_sec, iters, w_u, l1 = ch
+        gp = self.gs[0]
+        _, in_s, out, _, hit = sp
+        _, w_sec, _, w_u, l1 = ch
+        nsp, nf, iters, cuda, mma = self.counts(sp, ch)
         v = tiles.output_rows_per_item("pw_dw", tile)
-        w = self.assemble(b, residual, nf * in_s, nsp * w_sec, out, nf, nsp, iters, 2.0 * gd.macs, pw_done,
+        w = self.assemble(b, residual, nf * in_s, nsp * w_sec, out, nf, nsp, iters, cuda, mma,
                           input_unique(gp, self.e, b), nf * hit, nsp * l1, written=self.written(tile, v))  # fmt: skip
         return w._replace(w_unique=w_u)
 
@@ -239,13 +243,16 @@ class DwPwModel(FusedModel):
         return (cdiv(gp.co, tf), dw_weight_sectors(gd, tc), packed_pw_weight_sectors(gp, tf, self.e), cdiv(gd.c, tc),
                 w_u, bias_sectors(gp, tf))  # fmt: skip
 
-    def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
+    def counts(self, sp: tuple, ch: tuple) -> tuple[int, int, int, float, float]:
         gd, gp = self.gs
-        nsp, in_s, in_u, out, hit = sp
-        nf, w_dw, w_pw, iters, w_u, b_pw = ch
-        w = self.assemble(b, residual, nf * in_s, nsp * (nf * w_dw + w_pw), out, nf, nsp, iters,
-                          nf * 2.0 * gd.macs, 2.0 * gp.macs, whole_bytes(b * in_u), nf * hit,
-                          nsp * (nf * w_dw + b_pw), written=self.written(tile))  # fmt: skip
+        return sp[0], ch[0], ch[3], ch[0] * 2.0 * gd.macs, 2.0 * gp.macs
+
+    def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
+        _, in_s, in_u, out, hit = sp
+        _, w_dw, w_pw, _, w_u, b_pw = ch
+        nsp, nf, iters, cuda, mma = self.counts(sp, ch)
+        w = self.assemble(b, residual, nf * in_s, nsp * (nf * w_dw + w_pw), out, nf, nsp, iters, cuda, mma,
+                          whole_bytes(b * in_u), nf * hit, nsp * (nf * w_dw + b_pw), written=self.written(tile))  # fmt: skip
         return w._replace(w_unique=w_u)
 
 
@@ -268,14 +275,19 @@ class PwPwModel(FusedModel):
         return (cdiv(g2.co, tf), packed_pw_weight_sectors(g1, tc, e), packed_pw_weight_sectors(g2, tf, e), out,
                 cdiv(g1.co, tc), w_u, bias_sectors(g1, tc), bias_sectors(g2, tf))  # fmt: skip
 
+    def counts(self, sp: tuple, ch: tuple) -> tuple[int, int, int, float, float]:
+        g1, g2 = self.gs
+        return sp[0], ch[0], ch[4], 0.0, ch[0] * 2.0 * g1.macs + 2.0 * g2.macs
+
     def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
         g1, g2 = self.gs
-        nsp, in_s, out_s = sp
-        nf, w1, w2, out_c, iters, w_u, b1, b2 = ch
+        _, in_s, out_s = sp
+        _, w1, w2, out_c, _, w_u, b1, b2 = ch
+        nsp, nf, iters, cuda, mma = self.counts(sp, ch)
         if nsp == 1 and not g2.tokens_major:
             out_s = whole_map_out_sectors(g2, tile.tf, self.e)  # one tile covers the map, as `pw.PwModel`
         w = self.assemble(b, residual, nf * in_s, nsp * (nf * w1 + w2), out_s + out_c, nf, nsp, iters,
-                          0.0, nf * 2.0 * g1.macs + 2.0 * g2.macs, input_unique(g1, self.e, b), 0.0,
+                          cuda, mma, input_unique(g1, self.e, b), 0.0,
                           nsp * (nf * b1 + b2), nsp * nf * (w1 - b1), self.written(tile))  # fmt: skip
         return w._replace(w_unique=w_u)
 
@@ -305,13 +317,18 @@ class PwDwPwModel(FusedModel):
         return (cdiv(g2.co, tf), per_tile, packed_pw_weight_sectors(g2, tf, e), cdiv(g1.co, tc), w_u, l1_tile,
                 bias_sectors(g2, tf))  # fmt: skip
 
+    def counts(self, sp: tuple, ch: tuple) -> tuple[int, int, int, float, float]:
+        _, gd, g2 = self.gs
+        nf = ch[0]
+        return sp[0], nf, ch[3], nf * 2.0 * gd.macs, nf * sp[3] + 2.0 * g2.macs
+
     def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
-        g1, gd, g2 = self.gs
-        nsp, in_s, out, pw1_done, hit = sp
-        nf, w_rep, w3, iters, w_u, l1_rep, b3 = ch
-        w = self.assemble(b, residual, nf * in_s, nsp * (nf * w_rep + w3), out, nf, nsp, iters,
-                          nf * 2.0 * gd.macs, nf * pw1_done + 2.0 * g2.macs, input_unique(g1, self.e, b),
-                          nf * hit, nsp * (nf * l1_rep + b3), nsp * nf * (w_rep - l1_rep),
+        g1 = self.gs[0]
+        _, in_s, out, _, hit = sp
+        _, w_rep, w3, _, w_u, l1_rep, b3 = ch
+        nsp, nf, iters, cuda, mma = self.counts(sp, ch)
+        w = self.assemble(b, residual, nf * in_s, nsp * (nf * w_rep + w3), out, nf, nsp, iters, cuda, mma,
+                          input_unique(g1, self.e, b), nf * hit, nsp * (nf * l1_rep + b3), nsp * nf * (w_rep - l1_rep),
                           self.written(tile))  # fmt: skip
         return w._replace(w_unique=w_u)
 

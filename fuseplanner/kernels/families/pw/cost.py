@@ -94,12 +94,15 @@ class PwModel(KernelModel):
             out = out_tokens_sectors(g, tf, e)
         else:
             in_r = out = 0.0
-        return cdiv(g.co, tf), pw_weight_sectors(g, tf, tc, e), in_r, out
+        return cdiv(g.co, tf), pw_weight_sectors(g, tf, tc, e), in_r, out, cdiv(g.c, tc)
+
+    def counts(self, sp: tuple, ch: tuple) -> tuple[int, int, int, float, float]:
+        return sp[0], ch[0], ch[4], 0.0, self.flops
 
     def combine(self, sp: tuple, ch: tuple, tile: Tile, b: int, residual: bool) -> Work:
         g, e = self.gs[0], self.e
         nsp, in_s, out_s = sp
-        nf, w_sec, in_c, out_c = ch
+        nf, w_sec, in_c, out_c, _ = ch
         if nsp == 1 and not g.tokens_major and g.sh == g.sw == 1:
             # one tile covers the map (`whole_map_out_sectors`). Its reads keep the per-plane count,
             # which fitted the batch-1 counters better (docs/validation.md)
@@ -119,7 +122,7 @@ class PwModel(KernelModel):
             useful_flops=b * self.flops,
             cuda_flops=0.0,
             mma_flops=b * self.flops,
-            iters=cdiv(g.c, tile.tc),
+            iters=ch[4],
             blocks=nsp * nf * b,
             nf=nf,
             nsp=nsp,
