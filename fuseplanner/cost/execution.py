@@ -9,7 +9,9 @@
       max(graph_launch_interval_s, body + graph_kernel_tail_s),  body = isolated time - launch_overhead_s
 
   (an opaque operator at least `opaque_op_floor_s`, a reduction (`core.kinds.REDUCE_OP_TYPES`) at least
-  `reduce_op_floor_s`), and its activation reads come from L2 when the
+  `reduce_op_floor_s`; a step that lists the kernels the executor's operator library launches for it,
+  `Step.library`, is charged by `cost.library.graph_seconds` instead), and its activation reads come
+  from L2 when the
   residency rule below says they are still there. Spec facts left unset fall back so that a GPU
   without graph measurements predicts no launch saving: the tail defaults to `launch_overhead_s`,
   the interval to none, the opaque floor to the interval, the reduction floor to the opaque floor.
@@ -40,6 +42,7 @@ from dataclasses import dataclass
 from fuseplanner.core.errors import PlanError
 from fuseplanner.core.ir import Cost
 from fuseplanner.core.kinds import CONTEXTS, REDUCE_OP_TYPES
+from fuseplanner.cost.library import Launch, graph_seconds
 from fuseplanner.hw.spec import GpuSpec
 
 
@@ -81,6 +84,7 @@ class Step:
     cost: Cost
     reads: tuple[Access, ...] = ()
     writes: tuple[Access, ...] = ()
+    library: tuple[Launch, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -188,8 +192,11 @@ def predict(steps: Sequence[Step], spec: GpuSpec, context: str) -> WholePredicti
         saved = min(hit, c.dram_read_bytes) if c.launches else 0.0
         bw = (hw.l2_bw, hw.dram_bw)
         gain = _memory_s(c.gma_bytes, c.dram_bytes, bw) - _memory_s(c.gma_bytes, c.dram_bytes - saved, bw)
-        t = context_time(c, terms, context, opaque=s.kind == "opaque", op_type=s.op_type)
-        if c.launches:
-            t = max(c.launches * terms.least_s(s.kind, s.op_type), t - gain)
+        if s.library:
+            t = graph_seconds(s.library, terms, hw)
+        else:
+            t = context_time(c, terms, context, opaque=s.kind == "opaque", op_type=s.op_type)
+            if c.launches:
+                t = max(c.launches * terms.least_s(s.kind, s.op_type), t - gain)
         out.append(StepPrediction(s.label, s.kind, s.op_type, t, c.dram_read_bytes - saved, c.dram_write_bytes, saved))
     return WholePrediction(context, tuple(out))

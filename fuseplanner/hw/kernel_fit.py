@@ -100,6 +100,16 @@ class KernelFit(BaseModel):
     launch_overlap_s: float = Field(
         ge=0, description="seconds each launch after the first of back-to-back launches takes less than it does "
         "alone (Cost.overlapped)")
+    library_stream_bw_fraction: float = Field(
+        default=1.0, gt=0, le=2, description="graph context: the fraction of dram_bw at which the executor's "
+        "operator-library streaming kernels (CuPy elementwise, copy, gather) move their bytes in a graph replay "
+        "with their operands in L2 (cost.library; schema default 1: DRAM bandwidth)")
+    library_gemm_slice_cycles: float = Field(default=0.0, ge=0, description=(
+        "graph context: clock cycles one block of the executor's CUDA-core GEMM (run.ops._gemm) takes per 16-deep "
+        "K slice, an SM's blocks one after another (cost.library; schema default 0: term off)"))
+    library_row_iter_cycles: float = Field(default=0.0, ge=0, description=(
+        "graph context: clock cycles of one 32-column iteration of one pass of the executor's LayerNorm/Softmax "
+        "row kernel (run.ops._rows; cost.library; schema default 0: term off)"))
     fuse_min_speedup: float = Field(
         ge=1.0, description="the planner fuses a group for time only when its predicted unfused/fused time ratio "
         "reaches this (1: any predicted gain); fitted to measured decisions")

@@ -103,6 +103,9 @@ class Hw:
     sm_issue_warps: float  # an SM issues its resident layer-by-layer pw/linear blocks' work at most at this many warps' rate
     kernel_fixed_s: float  # seconds a layer-by-layer launch takes beyond the empty-launch floor whatever its work
     fused_kernel_fixed_s: float  # ... a fused launch
+    library_stream_bw_fraction: float = 1.0  # graph context: operator-library streaming kernels' share of dram_bw
+    library_gemm_slice_cycles: float = 0.0  # ... cycles of one K slice of a block of the executor's GEMM
+    library_row_iter_cycles: float = 0.0  # ... cycles of one iteration of a row kernel pass
 
 
 class GpuSpec(BaseModel):
@@ -310,6 +313,8 @@ class GpuSpec(BaseModel):
             fused_window_epilogue_weight=f.fused_window_epilogue_weight,
             pw_shared_load_weight=f.pw_shared_load_weight, pw_mma_load_weight=f.pw_mma_load_weight,
             sm_issue_warps=f.sm_issue_warps, kernel_fixed_s=f.kernel_fixed_s, fused_kernel_fixed_s=f.fused_kernel_fixed_s,
+            library_stream_bw_fraction=f.library_stream_bw_fraction,
+            library_gemm_slice_cycles=f.library_gemm_slice_cycles, library_row_iter_cycles=f.library_row_iter_cycles,
         )  # fmt: skip
 
     def summary(self) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from fuseplanner.core.ir import DTYPE_BYTES, ModelGraph, Op
 from fuseplanner.cost.execution import Access, Step, WholePrediction, check_context, predict
+from fuseplanner.cost.library import Launch, launches
 from fuseplanner.hw.spec import GpuSpec
 
 
@@ -45,7 +46,7 @@ def _tensor_bytes(ops: list[Op], dtype: str) -> dict[str, float]:
 
 
 def _kernel_step(graph: ModelGraph, ops: dict[str, Op], covers: list[str], label: str, kind: str, op_type: str,
-                 cost, extra: str | None, size: dict[str, float]) -> Step:  # fmt: skip
+                 cost, extra: str | None, size: dict[str, float], library: tuple[Launch, ...] = ()) -> Step:  # fmt: skip
     inside = [ops[n] for n in covers if n in ops]
     made = {t for op in inside for t in op.outputs}
     names = set(covers)
@@ -57,11 +58,13 @@ def _kernel_step(graph: ModelGraph, ops: dict[str, Op], covers: list[str], label
               if t in outs or any(c not in names for c in graph.consumers(t))]  # fmt: skip
     return Step(label, kind, op_type, cost,
                 tuple(Access(t, size.get(t, 0.0)) for t in reads if t),
-                tuple(Access(t, size.get(t, 0.0)) for t in writes))  # fmt: skip
+                tuple(Access(t, size.get(t, 0.0)) for t in writes), library)  # fmt: skip
 
 
-def steps(graph: ModelGraph, plan) -> tuple[Step, ...]:
-    """The plan's kernels as executed steps (module docstring)."""
+def steps(graph: ModelGraph, plan, spec: GpuSpec | None = None) -> tuple[Step, ...]:
+    """The plan's kernels as executed steps (module docstring); with `spec`, each library step (a
+    layer with no kernel of fuseplanner's) lists the kernels the operator library launches for it
+    (`cost.library.launches`), which its graph-context time is charged by."""
     ops = {op.name: op.with_batch(plan.batch) for op in graph.ops()}
     size = _tensor_bytes(list(ops.values()), plan.dtype)
     pos = {n: i for i, n in enumerate(graph.order)}
@@ -71,8 +74,9 @@ def steps(graph: ModelGraph, plan) -> tuple[Step, ...]:
                                                    "+".join(ops[n].op_type for n in g.nodes), g.fused_cost,
                                                    g.residual_input, size)))  # fmt: skip
     for lay in plan.layers:
+        lib = launches(ops[lay.node], plan.dtype, spec.hw) if spec is not None and lay.tile is None else ()
         out.append((pos[lay.node], _kernel_step(graph, ops, lay.covers, lay.node, lay.kind, lay.op_type,
-                                                 lay.ir_cost, lay.residual_input, size)))  # fmt: skip
+                                                 lay.ir_cost, lay.residual_input, size, lib)))  # fmt: skip
     return tuple(s for _, s in sorted(out, key=lambda p: p[0]))
 
 
@@ -86,5 +90,5 @@ def predict_whole(graph: ModelGraph, spec: GpuSpec, plan, context: str = "graph"
 
         unfused_plan = make_plan(graph, spec, dtype=plan.dtype, batch=plan.batch, kinds=[], model=plan.cost_model,
                                  precision=plan.precision, workers=1)  # fmt: skip
-    return WholePlanPrediction(plan.model, context, predict(steps(graph, plan), spec, context),
-                               predict(steps(graph, unfused_plan), spec, context))  # fmt: skip
+    return WholePlanPrediction(plan.model, context, predict(steps(graph, plan, spec), spec, context),
+                               predict(steps(graph, unfused_plan, spec), spec, context))  # fmt: skip
