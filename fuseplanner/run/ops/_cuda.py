@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -11,53 +12,76 @@ from fuseplanner.run.ops.geometry import Window
 from fuseplanner.run.ops.node import Node
 
 _CONV2D = r"""
-const long long wo = i % Q_WO;
-long long t = i / Q_WO;
-const long long ho = t % Q_HO;
-t /= Q_HO;
-const long long oc = t % Q_COUT;
-const long long n = t / Q_COUT;
-const long long chan0 = n * Q_CIN + (oc / Q_MG) * Q_CG;
-float acc = 0.f;
-for (int ic = 0; ic < Q_CG; ++ic) {
-  const long long plane = (chan0 + ic) * Q_H;
-  const float* wk = &w[(oc * Q_CG + ic) * (Q_KH * Q_KW)];
-  for (int kh = 0; kh < Q_KH; ++kh) {
-    const long long ih = ho * Q_SH - Q_PT + kh * Q_DH;
-    if (ih < 0 || ih >= Q_H) continue;
-    for (int kw = 0; kw < Q_KW; ++kw) {
-      const long long iw = wo * Q_SW - Q_PL + kw * Q_DW;
-      if (iw < 0 || iw >= Q_W) continue;
-      acc += (float)x[(plane + ih) * Q_W + iw] * wk[kh * Q_KW + kw];
+extern "C" __global__ void __launch_bounds__(256) fp_conv2d(const TX* __restrict__ x, const float* __restrict__ w,
+                                                            const float* __restrict__ b, TY* __restrict__ y) {
+    const IDX i = (IDX)blockIdx.x * 256 + threadIdx.x;
+    if (i >= TOTAL) return;
+    const int wo = (int)(i % WO);
+    IDX t = i / WO;
+    const int ho = (int)(t % HO);
+    t /= HO;
+    const int oc = (int)(t % COUT);
+    const IDX n = t / COUT;
+    const IDX base = (n * CIN + (IDX)(oc / MG) * CG) * (IDX)(H * W);
+    const float* wk = w + (IDX)oc * (CG * KH * KW);
+    const int ih0 = ho * SH - PT, iw0 = wo * SW - PL;
+    float acc = 0.f;
+    for (int ic = 0; ic < CG; ++ic) {
+        #pragma unroll
+        for (int kh = 0; kh < KH; ++kh) {
+            const int ih = ih0 + kh * DH;
+            if (ih < 0 || ih >= H) continue;
+            #pragma unroll
+            for (int kw = 0; kw < KW; ++kw) {
+                const int iw = iw0 + kw * DW;
+                if (iw < 0 || iw >= W) continue;
+                acc += ld(x, base + (IDX)(ic * H + ih) * W + iw) * __ldg(wk + (ic * KH + kh) * KW + kw);
+            }
+        }
     }
-  }
+    if (HAS_BIAS) acc += __ldg(b + oc);
+    st(y, i, acc);
 }
-if (Q_HAS_BIAS) acc += b[oc];
-y = (T)acc;
 """
 
 
+@functools.cache
+def _conv_kernel(defines: tuple[tuple[str, str], ...]):
+    import cupy
+
+    from fuseplanner.run.ops._gemm import LOAD_STORE
+
+    head = "".join(f"#define {k} {v}\n" for k, v in defines)
+    return cupy.RawKernel(head + LOAD_STORE + _CONV2D, "fp_conv2d", options=("-std=c++17",))
+
+
 def conv2d(cp: Any, node: Node, win: Window, groups: int):
-    """2-D Conv (grouped, depthwise and channel-multiplier included) as one elementwise kernel over
-    output elements: y[n, oc, ho, wo] = sum over the group's input channels ic and in-bounds taps of
-    x[n, (oc // MG) * CG + ic, ih, iw] * w[oc, ic, kh, kw] (+ b[oc]), summed in float32 (MG output and
-    CG input channels per group) — the function of conv's tap loop and im2col paths, without a padded copy."""
+    """2-D Conv (grouped, depthwise and channel-multiplier included) as one RawKernel, one thread per
+    output element (32-bit index arithmetic where the sizes allow, taps unrolled): y[n, oc, ho, wo] = sum
+    over the group's input channels ic and in-bounds taps of x[n, (oc // MG) * CG + ic, ih, iw] *
+    w[oc, ic, kh, kw] (+ b[oc]), summed in float32 (MG output and CG input channels per group): the
+    function of conv's tap loop and im2col paths, without a padded copy."""
+    from fuseplanner.run.ops._gemm import type_name
+
     n, c, h, w = node.in_shape
     cout = node.out_shape[1]
+    total = n * cout * win.out[0] * win.out[1]
     defines = {"WO": win.out[1], "HO": win.out[0], "CIN": c, "COUT": cout, "CG": c // groups, "MG": cout // groups,
                "H": h, "W": w, "KH": win.kernel[0], "KW": win.kernel[1], "SH": win.strides[0], "SW": win.strides[1],
                "DH": win.dilations[0], "DW": win.dilations[1], "PT": win.begin[0], "PL": win.begin[1],
-               "HAS_BIAS": int(node.has_input(2))}  # fmt: skip
-    preamble = "".join(f"#define Q_{k} {v}\n" for k, v in defines.items())
-    kern = cp.ElementwiseKernel("raw T x, raw float32 w, raw float32 b", "T y", _CONV2D, "fuseplanner_conv2d",
-                                preamble=preamble)
+               "HAS_BIAS": int(node.has_input(2)), "TOTAL": f"{total}LL",
+               "IDX": "int" if total * max(c, cout) < 2**31 and n * c * h * w < 2**31 else "long long",
+               "TX": type_name(node.input_dtypes[0]), "TY": type_name(node.output_dtypes[0])}  # fmt: skip
+    kern = _conv_kernel(tuple(sorted((k, str(v)) for k, v in defines.items())))
+    grid = ((total + 255) // 256, 1, 1)
     const_w, const_b = node.const(1), node.const(2)
     w_dev = None if const_w is None else cp.asarray(const_w.astype(np.float32).reshape(-1))
     b_dev = None if const_b is None else cp.asarray(const_b.astype(np.float32).reshape(-1))
 
     def kernel(ins, outs):
-        wt = w_dev if w_dev is not None else ins[1].astype(np.float32).reshape(-1)
-        bias = b_dev if b_dev is not None else (ins[2].astype(np.float32) if node.has_input(2) else wt)
-        kern(cp.ascontiguousarray(ins[0]).reshape(-1), wt, bias, outs[0])  # 1-D: raw indexing without unravelling
+        wt = w_dev if w_dev is not None else cp.ascontiguousarray(ins[1], dtype=np.float32).reshape(-1)
+        bias = b_dev if b_dev is not None else (cp.ascontiguousarray(ins[2], dtype=np.float32) if node.has_input(2)
+                                                else wt)  # fmt: skip
+        kern(grid, (256, 1, 1), (cp.ascontiguousarray(ins[0]), wt, bias, outs[0]))
 
     return kernel

@@ -125,6 +125,8 @@ def _elem_strides(a: Any) -> tuple[int, ...]:
 
 
 _HELPERS, _TILED = _SOURCE.split('extern "C"', 1)
+#: The device functions `ld` / `st` (float32 or float16-as-bits storage, float32 values) for other kernels.
+LOAD_STORE = _HELPERS
 
 
 @functools.cache
