@@ -87,8 +87,8 @@ def _graph_model(nodes, out_shapes: dict, inits=()):
 
 
 def test_what_does_not_merge():
-    """A tensor read twice, a graph output and a change of shape end a chain; a merged chain still
-    matches onnxruntime."""
+    """A tensor read twice, a graph output and a change of shape end a chain; a Clip that joins no chain
+    stands alone as a one-member chain; a merged chain still matches onnxruntime."""
     scale = numpy_helper.from_array(np.linspace(0.5, 1.5, 4, dtype=np.float32).reshape(1, 4, 1, 1), "scale")
     lo = numpy_helper.from_array(np.array(-1.0, np.float32), "lo")
     hi = numpy_helper.from_array(np.array(1.0, np.float32), "hi")
@@ -105,7 +105,7 @@ def test_what_does_not_merge():
     model = _graph_model(nodes, {"o1": [1, 4, 8, 8], "y": [1, 4, 8, 8]}, (scale, lo, hi))
     net = compile(model, "h100", device="cpu")
     chains = sorted("+".join(m.node.name for m in s.node.attrs["chain"]) for s in _fused(net))
-    assert chains == ["sig+mul+scale_mul"]
+    assert chains == ["clip", "sig+mul+scale_mul"]  # the lone Clip: a one-member chain (one kernel)
     x = _x(net)
     assert compare(net(x), reference_outputs(model, x), "fp32", "fp32").ok
 

@@ -14,7 +14,7 @@ gather kernels move bytes in a graph replay with their operands in L2 (per-eleme
 and strided access, not DRAM, bound them). What each op type launches (CuPy path, float storage):
 
 - elementwise ops, Transpose, Slice, Gather, Expand, Tile, Cast, a merged elementwise chain: 1 kernel;
-  Clip: a copy and one per bound (3); Pow, Where, BatchNormalization: 2; Min/Max/Sum: one per input
+  Clip (constant bounds, a one-member elementwise chain): 1; Pow, Where, BatchNormalization: 2; Min/Max/Sum: one per input
   (Mean one more); Concat: a copy per input; Split: a copy per output.
 - LayerNormalization, Softmax, LogSoftmax (last axis): one row kernel, a warp per row, 8 rows per
   256-thread block; each block makes 3 passes over its rows of `ceil(cols / 32)` dependent
@@ -187,8 +187,6 @@ def opaque(op: Op, e: int, hw: Hw) -> tuple[Launch, ...]:
         return tuple(Launch("copy", 2.0 * math.prod(s) * e) for s in op.output_shapes)
     if t == "Slice":
         return (Launch("copy", 2.0 * out0),)
-    if t == "Clip":
-        return (Launch("copy", ins + out0), Launch("max", 2.0 * out0), Launch("min", 2.0 * out0))
     if t in _TWO_LAUNCH_OPS:
         return (Launch(t, ins + out0), Launch("store", 2.0 * out0))
     if t in ("Min", "Max", "Sum", "Mean"):

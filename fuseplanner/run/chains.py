@@ -11,7 +11,8 @@ ran; its intermediate tensors leave the program, so the memory plan never alloca
 
 The fused node's `attrs["chain"]` holds one `ChainOp` per member, in order. A member's operands index
 the chain's values: the fused node's inputs first, then the members' results (input count + member
-index); None stands for an absent optional input.
+index); None stands for an absent optional input. A Clip with constant bounds that joins no chain
+still becomes a one-member chain: one generated kernel instead of the library's copy, max and min.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def find_chains(steps: Sequence[Step], graph_outputs: set[str]) -> list[list[int
             chains.append(joined)
         joined.append(i)
         open_by_tail[s.outputs[0]] = joined
-    return [c for c in chains if len(c) > 1]
+    return [c for c in chains if len(c) > 1 or steps[c[0]].op_type == "Clip"]  # a lone Clip: one kernel, not three
 
 
 def _merged(members: Sequence[LibraryStep], node_cls) -> LibraryStep:
