@@ -171,6 +171,13 @@ def _fmt(v, spec=".1f") -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _check_cell(error: float, tolerance: float) -> str:
+    """`error <= tolerance`, or `error > tolerance (miss)`, with enough digits to tell which."""
+    if error <= tolerance:
+        return f"{error:.2e} <= {tolerance:.0e}"
+    return f"{error:.3e} > {tolerance:.0e} (miss)"
+
+
 def markdown(rows: list[Row], device: str) -> str:
     lines = [f"GPU: {device}", "",
              "| model | mode | batch | planned us (p10-p90) | unfused us | predicted planned / unfused us | "
@@ -179,7 +186,7 @@ def markdown(rows: list[Row], device: str) -> str:
     for r in rows:
         rng = f"{_fmt(r.planned_us)} ({_fmt(r.planned_p10_us)}-{_fmt(r.planned_p90_us)})"
         ratio_u = r.planned_us / r.unfused_us if r.planned_us and r.unfused_us else None
-        chk = "-" if r.check_error is None else f"{r.check_error:.1e} <= {r.check_tolerance:.0e}"
+        chk = "-" if r.check_error is None else _check_cell(r.check_error, r.check_tolerance)
         if r.error:
             chk = f"error: {r.error}"
         lines.append(f"| {r.model} | {r.mode} | {r.batch} | {rng} | {_fmt(r.unfused_us)} | "

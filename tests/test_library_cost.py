@@ -21,7 +21,7 @@ from fuseplanner.run.ops._gemm import k_split as executor_k_split
 from fuseplanner.validation.whole import read
 
 H100 = gpu("h100")
-FIXTURES = Path(__file__).parent / "fixtures"
+RECORDS = Path(__file__).resolve().parents[1] / "data" / "records" / "h100" / "whole" / "fp32fp32_b1"
 BUNDLED = ("mobilenet_v1", "mobilenet_v2", "mobilenet_v3_large", "mnasnet1_0", "efficientnet_b0", "mobilevit_xxs")
 
 
@@ -88,8 +88,23 @@ def test_im2col_conv_launches_by_hand():
     assert g.gemm_slices == 5
     assert split.bytes == 6 * 48 * 1024 * 4 + 48 * 1024 * 4
     assert bias.bytes == act.bytes == 2 * 48 * 1024 * 4
-    # the stem (3 x 9 = 27 products) runs on the direct kernel: not costed here
-    assert launches(conv(3, 32, 224, 224, s=2), "fp32", H100.hw) == ()
+    # the stem (3 x 9 = 27 products) runs on the direct kernel, then its activation
+    stem = conv(3, 32, 224, 224, s=2)
+    direct, *rest = launches(stem, "fp32", H100.hw)
+    assert direct.what == "direct" and len(rest) == len([x for x in stem.epilogue if x not in ("bias", "bn", "add")])
+    # 32 channels x 112 x 112 outputs x 27 products = 10,838,016; input 3 x 224 x 224 x 4 = 602,112 B,
+    # float32 weights 32 x 27 x 4 = 3,456 B, output 32 x 12,544 x 4 = 1,605,632 B
+    assert direct.direct_terms == 10_838_016
+    assert direct.bytes == 602_112 + 3_456 + 1_605_632
+
+
+def test_direct_conv_chain_by_hand():
+    hw = dataclasses.replace(H100.hw, library_direct_terms_per_cycle=8.0, sm_count=100, clock_hz=1e9)
+    # 1.6e7 products at 8 per SM-cycle x 100 SMs x 1e9 cycles/s = 8e11 per s: 20 us
+    assert Launch("direct", 1e3, direct_terms=1.6e7).chain_s(hw) == pytest.approx(20e-6)
+    # the term is off without a fitted rate
+    off = dataclasses.replace(hw, library_direct_terms_per_cycle=0.0)
+    assert Launch("direct", 1e3, direct_terms=1.6e7).chain_s(off) == 0.0
 
 
 def test_opaque_launch_counts():
@@ -108,9 +123,9 @@ def test_opaque_launch_counts():
 
 
 def _library_errors(model: str) -> tuple[list[float], list[float]]:
-    """|error| of each measured library step (not the direct conv) of a saved bundled run: with the
-    library terms, and with the streaming cost the graph context charged before them."""
-    (r,) = read(FIXTURES / f"whole_{model}.json")
+    """|error| of each measured library step of a saved bundled run: with the library terms, and with
+    the streaming cost the graph context charged before them."""
+    (r,) = read(RECORDS / f"{model}.json.gz")
     graph = load_model(model, None, r.batch)
     plan = make_plan(graph, H100, dtype=r.dtype, precision=r.precision, context="isolated")
     measured = {s.label: s.measured_s for s in r.steps}
@@ -132,7 +147,7 @@ def test_bundled_library_steps_repredicted():
         a, b = _library_errors(m)
         new += a
         old += b
-    assert len(new) >= 190
+    assert len(new) >= 195
     assert np.median(old) > 0.15
     assert np.median(new) < 0.10 and np.percentile(new, 90) < 0.30
     assert math.isfinite(sum(new))

@@ -32,8 +32,11 @@ and strided access, not DRAM, bound them). What each op type launches (CuPy path
   output): a padded copy (when padded), the gather of the column matrix (its int64 index read), the
   GEMM (+ split sum), the folded bias add, and one elementwise kernel for its activation epilogue
   (a library step of its own, merged into one chain). A 1x1 stride-1 unpadded conv skips the pad
-  and the gather. The direct conv kernel (`run.ops._cuda.conv2d`) is not costed here
-  (`launches` returns nothing: the step keeps its `layers` stream cost).
+  and the gather.
+- a dense 2-D Conv with at most `layers.DIRECT_MAX_TERMS` products per output: the direct kernel
+  (`run.ops._cuda.conv2d`, one thread per output, bias folded in) reading its input and float32
+  weights and writing its output, its products (a load and an FMA each) at
+  `library_direct_terms_per_cycle` per SM per clock, then the activation epilogue's kernel.
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ _TWO_LAUNCH_OPS = frozenset({"Pow", "Where", "BatchNormalization"})
 class Launch:
     """One kernel the operator library launches: bytes it reads and writes, FLOPs, the serial chain of
     its busiest SM in GEMM K slices (`gemm_slices`) and row-kernel iterations (`row_iters`), and
-    whether it is a reduction."""
+    whether it is a reduction; `direct_terms`: the products (one load and one FMA each) of a direct conv."""
 
     what: str
     bytes: float
@@ -74,10 +77,14 @@ class Launch:
     gemm_slices: int = 0
     row_iters: int = 0
     reduction: bool = False
+    direct_terms: float = 0.0
 
     def chain_s(self, hw: Hw) -> float:
-        """Seconds of the serial chain of the launch's busiest SM."""
-        return (self.gemm_slices * hw.library_gemm_slice_cycles + self.row_iters * hw.library_row_iter_cycles) / hw.clock_hz
+        """Seconds of the serial chain of the launch's busiest SM, or of the direct conv's products over
+        all SMs."""
+        chain = (self.gemm_slices * hw.library_gemm_slice_cycles + self.row_iters * hw.library_row_iter_cycles) / hw.clock_hz
+        rate = hw.library_direct_terms_per_cycle * hw.sm_count * hw.clock_hz
+        return max(chain, self.direct_terms / rate) if rate else chain
 
 
 def stream_bw(hw: Hw) -> float:
@@ -196,16 +203,21 @@ def opaque(op: Op, e: int, hw: Hw) -> tuple[Launch, ...]:
 
 
 def conv(op: Op, e: int, hw: Hw) -> tuple[Launch, ...]:
-    """The kernels of a dense conv the executor runs as im2col + GEMM; () for its direct kernel."""
+    """The kernels of a dense conv as the executor runs it: its direct kernel, or im2col + GEMM (module
+    docstring), then its activation epilogue."""
     g = geom(op)
     cg = g.c // max(1, g.groups)
     taps = g.kh * g.kw
-    if len(op.kernel) == 2 and cg * taps <= DIRECT_MAX_TERMS:
-        return ()
     n = op.batch
     npos = math.prod(op.out_shape[2:])
     mg = g.co // max(1, g.groups)
     out_b = n * g.co * npos * e
+    act = [x for x in op.epilogue if x not in ("bias", "bn", "add")]
+    activation = (Launch("activation", 2.0 * out_b),) if act else ()
+    if len(op.kernel) == 2 and cg * taps <= DIRECT_MAX_TERMS:
+        read_b = math.prod(op.in_shape) * e + g.co * cg * taps * 4  # float32 weights
+        return Launch("direct", read_b + out_b, 2.0 * n * g.co * npos * cg * taps,
+                      direct_terms=float(n * g.co * npos * cg * taps)), *activation  # fmt: skip
     pointwise = taps == 1 and set(op.stride) == {1} and not any(op.pads)
     front: tuple[Launch, ...] = ()
     if not pointwise:
@@ -214,14 +226,12 @@ def conv(op: Op, e: int, hw: Hw) -> tuple[Launch, ...]:
         cols_b = n * g.c * taps * npos * e
         pad = (Launch("fill", padded_b), Launch("copy", 2.0 * math.prod(op.in_shape) * e)) if any(op.pads) else ()
         front = (*pad, Launch("gather", taps * npos * INDEX_BYTES + 2.0 * cols_b))
-    act = [x for x in op.epilogue if x not in ("bias", "bn", "add")]
-    tail = (Launch("bias", 2.0 * out_b),) + ((Launch("activation", 2.0 * out_b),) if act else ())
-    return (*front, *gemm(n * max(1, g.groups), mg, npos, cg * taps, e, hw), *tail)
+    return (*front, *gemm(n * max(1, g.groups), mg, npos, cg * taps, e, hw), Launch("bias", 2.0 * out_b), *activation)
 
 
 def launches(op: Op, dtype: str, hw: Hw) -> tuple[Launch, ...]:
     """The kernels the executor's operator library launches for `op` (batch as in its shapes); () for
-    views, fuseplanner's own kernel kinds and the direct conv kernel."""
+    views and fuseplanner's own kernel kinds."""
     e = DTYPE_BYTES[dtype]
     if op.op_type in VIEW_OPS:
         return ()

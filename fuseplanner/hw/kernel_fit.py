@@ -110,6 +110,10 @@ class KernelFit(BaseModel):
     library_row_iter_cycles: float = Field(default=0.0, ge=0, description=(
         "graph context: clock cycles of one 32-column iteration of one pass of the executor's LayerNorm/Softmax "
         "row kernel (run.ops._rows; cost.library; schema default 0: term off)"))
+    library_direct_terms_per_cycle: float = Field(default=0.0, ge=0, description=(
+        "graph context: products (input channel x tap, one load and one FMA each) per SM per clock cycle of the "
+        "executor's direct conv kernel (run.ops._cuda.conv2d, one thread per output; cost.library; schema "
+        "default 0: term off)"))
     fuse_min_speedup: float = Field(
         ge=1.0, description="the planner fuses a group for time only when its predicted unfused/fused time ratio "
         "reaches this (1: any predicted gain); fitted to measured decisions")

@@ -106,6 +106,7 @@ class Hw:
     library_stream_bw_fraction: float = 1.0  # graph context: operator-library streaming kernels' share of dram_bw
     library_gemm_slice_cycles: float = 0.0  # ... cycles of one K slice of a block of the executor's GEMM
     library_row_iter_cycles: float = 0.0  # ... cycles of one iteration of a row kernel pass
+    library_direct_terms_per_cycle: float = 0.0  # ... products per SM per cycle of the direct conv kernel (0: off)
 
 
 class GpuSpec(BaseModel):
@@ -315,6 +316,7 @@ class GpuSpec(BaseModel):
             sm_issue_warps=f.sm_issue_warps, kernel_fixed_s=f.kernel_fixed_s, fused_kernel_fixed_s=f.fused_kernel_fixed_s,
             library_stream_bw_fraction=f.library_stream_bw_fraction,
             library_gemm_slice_cycles=f.library_gemm_slice_cycles, library_row_iter_cycles=f.library_row_iter_cycles,
+            library_direct_terms_per_cycle=f.library_direct_terms_per_cycle,
         )  # fmt: skip
 
     def summary(self) -> dict[str, Any]:

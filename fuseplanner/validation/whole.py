@@ -189,12 +189,19 @@ def to_markdown(results: Sequence[WholeResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _summary(results: Sequence[WholeResult]) -> str:
+    from fuseplanner.frontend.holdout import holdout_models
+    from fuseplanner.validation.whole_summary import to_markdown as summary_markdown
+
+    return summary_markdown(results, frozenset(m.name for m in holdout_models()))
+
+
 def write(results: Sequence[WholeResult], out: Path) -> tuple[Path, Path]:
     """whole.json (a list of results) and whole.md in folder `out`."""
     out.mkdir(parents=True, exist_ok=True)
     js, md = out / "whole.json", out / "whole.md"
     js.write_text("[\n" + ",\n".join(r.model_dump_json(indent=1) for r in results) + "\n]\n", encoding="utf-8")
-    md.write_text(to_markdown(results) + _decisions_section(results), encoding="utf-8")
+    md.write_text(_summary(results) + "\n" + to_markdown(results) + _decisions_section(results), encoding="utf-8")
     return js, md
 
 
@@ -290,13 +297,16 @@ class _Measured:  # a saved step as `compare` reads a measured one
 
 
 def read(path: str | Path) -> list[WholeResult]:
-    """The results of a whole.json (`write`); RecordsError for a file that is not one."""
+    """The results of a whole.json (`write`; gzip-compressed when its name ends in .gz); RecordsError for
+    a file that is not one."""
+    import gzip
     import json
 
     from pydantic import ValidationError
 
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        raw = Path(path).read_bytes()
+        data = json.loads(gzip.decompress(raw) if str(path).endswith(".gz") else raw)
         return [WholeResult.model_validate(d) for d in (data if isinstance(data, list) else [data])]
     except (OSError, ValueError, ValidationError) as exc:
         raise RecordsError(f"{path}: not a whole.json of `validate --whole` ({str(exc).splitlines()[0]})") from None

@@ -1,0 +1,62 @@
+"""Whole-model accuracy pooled per model set: the table `docs/validation.md` leads with.
+
+Per (set, dtype/precision, batch), over `validate --whole` results: the end-to-end |error| of the
+graph-context prediction (median and p90 over the planned and the unfused run of every model), how
+many models' predicted saving is within 3 points of the measured one, and the per-step |error|
+(median / p90 over all matched steps) of fuseplanner's own kernels (dw/pw/linear and the fused kinds)
+and of the operator library's steps. The set is "held-out" for the models of `models/holdout.toml`
+(no fitted value was chosen on them), "bundled" otherwise.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+
+from fuseplanner.core.kinds import KERNEL_KINDS, LAYER_KINDS
+
+#: The largest saving gap (points of the unfused run) the whole-model target allows.
+SAVING_GAP_POINTS = 3.0
+_OWN = frozenset(LAYER_KINDS) | frozenset(KERNEL_KINDS)
+
+
+def model_set(model: str, held_out: frozenset[str]) -> str:
+    return "held-out" if model in held_out else "bundled"
+
+
+def _stats(values: list[float]) -> str:
+    if not values:
+        return "n/a"
+    a = 100 * np.abs(np.asarray(values))
+    return f"{np.median(a):.1f} / {np.percentile(a, 90):.1f}"
+
+
+def summary_rows(results: Sequence, held_out: frozenset[str]) -> list[tuple[str, ...]]:
+    """One row per (set, mode, batch), then one per set over all of them ("all"): set, mode, batch,
+    results, end-to-end median / p90 (%), savings within the gap, own-kernel steps median / p90 (%),
+    library steps median / p90 (%)."""
+    groups: dict[tuple[str, str, str], list] = defaultdict(list)
+    for r in results:
+        kind = model_set(r.model, held_out)
+        groups[(kind, f"{r.dtype}/{r.precision}", str(r.batch))].append(r)
+        groups[(kind, "all", "all")].append(r)
+    rows = []
+    for (kind, mode, batch), rs in sorted(groups.items(), key=lambda g: (g[0][0], g[0][1] == "all", g[0])):
+        e2e = [e for r in rs for e in (r.error_planned, r.error_unfused)]
+        within = sum(abs(r.saving_gap_points) <= SAVING_GAP_POINTS for r in rs)
+        own = [s.error for r in rs for s in r.steps if s.error is not None and s.kind in _OWN]
+        lib = [s.error for r in rs for s in r.steps if s.error is not None and s.kind not in _OWN]
+        rows.append((kind, mode, batch, str(len(rs)), _stats(e2e), f"{within} of {len(rs)}", _stats(own),
+                     _stats(lib)))  # fmt: skip
+    return rows
+
+
+def to_markdown(results: Sequence, held_out: frozenset[str]) -> str:
+    """The summary table (module docstring) as markdown."""
+    head = ("| set | dtype/precision | batch | runs | end-to-end \\|error\\| median / p90 % | saving within 3 points | "
+            "own kernels per step % | library steps per step % |")  # fmt: skip
+    lines = ["## Summary per model set", "", head, "|---|---|---:|---:|---|---|---|---|"]
+    lines += ["| " + " | ".join(row) + " |" for row in summary_rows(results, held_out)]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,38 @@
+"""The per-set whole-model summary, on hand-built results (synthetic numbers)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from fuseplanner.validation.whole_summary import summary_rows, to_markdown
+
+
+def _result(model, e_planned, e_unfused, gap, steps, batch=1):
+    return SimpleNamespace(model=model, dtype="fp32", precision="fp32", batch=batch, error_planned=e_planned,
+                           error_unfused=e_unfused, saving_gap_points=gap,
+                           steps=[SimpleNamespace(kind=k, error=e) for k, e in steps])  # fmt: skip
+
+
+def test_rows_pool_per_set_and_config():
+    held = frozenset({"b"})
+    results = [
+        _result("a", 0.10, -0.20, -1.0, [("pw", 0.1), ("dw_pw", -0.3), ("opaque", 0.5)]),
+        _result("c", -0.04, 0.02, 4.0, [("conv", None), ("linear", 0.2)]),
+        _result("b", 0.30, 0.10, 2.5, [("pw", 0.4)]),
+        _result("a", 0.06, 0.06, 0.0, [], batch=8),
+    ]
+    rows = {(r[0], r[1], r[2]): r for r in summary_rows(results, held)}
+    # bundled fp32 batch 1: e2e |errors| 10, 20, 4, 2 -> median 7.0; p90 of (2, 4, 10, 20) = 10 + 0.7 x 10 = 17.0
+    b1 = rows[("bundled", "fp32/fp32", "1")]
+    assert b1[3:6] == ("2", "7.0 / 17.0", "1 of 2")  # gaps 1.0 (within 3) and 4.0 (not)
+    # own kernels 10, 30, 20 -> median 20.0, p90 = 20 + 0.8 x 10 = 28.0; library: the Add only (conv's None skipped)
+    assert b1[6:] == ("20.0 / 28.0", "50.0 / 50.0")
+    assert rows[("held-out", "fp32/fp32", "1")][3:6] == ("1", "20.0 / 28.0", "1 of 1")
+    everything = rows[("bundled", "all", "all")]
+    assert everything[3] == "3" and everything[5] == "2 of 3"
+    assert rows[("bundled", "fp32/fp32", "8")][7] == "n/a"  # no steps
+
+
+def test_markdown_has_one_line_per_row():
+    md = to_markdown([_result("a", 0.1, 0.1, 0.0, [])], frozenset())
+    assert md.count("\n| bundled |") == 2  # the config row and the "all" row
