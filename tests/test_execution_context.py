@@ -6,7 +6,7 @@ import pytest
 
 import fuseplanner
 from fuseplanner.core.errors import PlanError
-from fuseplanner.core.ir import Cost
+from fuseplanner.core.ir import Cost, KernelResources
 from fuseplanner.cost.execution import (
     Access,
     LaunchTerms,
@@ -40,6 +40,24 @@ def test_context_time_replaces_the_floor_by_the_tail():
     assert context_time(c3, TERMS, "graph") == pytest.approx(5.1e-6)
     assert context_time(c3, TERMS, "graph", opaque=True) == pytest.approx(6e-6)
     assert context_time(Cost(), TERMS, "graph") == 0.0  # a view launches nothing
+
+
+def _res(kind: str) -> KernelResources:
+    return KernelResources(kind, 0, 256, 32, 132, 1, 1.0, 0.125)
+
+
+def test_family_terms_by_hand():
+    terms = LaunchTerms(floor_s=4e-6, tail_s=1.5e-6, interval_s=1e-6, opaque_floor_s=2e-6, lbl_kernel_s=0.3e-6,
+                        fused_kernel_s=-0.2e-6)  # fmt: skip
+    # a dw and a pw launch (20 us isolated): 20 - 2 x 2.5 + 2 x 0.3 = 15.6 us
+    pair = Cost(time_s=20e-6, launches=2, kernels=(_res("dw"), _res("pw")))
+    assert context_time(pair, terms, "graph") == pytest.approx(15.6e-6)
+    # their fused kernel (16 us isolated): 16 - 2.5 - 0.2 = 13.3 us; the isolated context ignores both terms
+    fused = Cost(time_s=16e-6, launches=1, kernels=(_res("dw_pw"),))
+    assert context_time(fused, terms, "graph") == pytest.approx(13.3e-6)
+    assert context_time(fused, terms, "isolated") == 16e-6
+    # a cost with no kernel resources (a library op's) gets no family term: 10 - 2.5 = 7.5 us
+    assert context_time(Cost(time_s=10e-6, launches=1), terms, "graph") == pytest.approx(7.5e-6)
 
 
 def test_residency_rule_by_hand():

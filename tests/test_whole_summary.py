@@ -36,3 +36,26 @@ def test_rows_pool_per_set_and_config():
 def test_markdown_has_one_line_per_row():
     md = to_markdown([_result("a", 0.1, 0.1, 0.0, [])], frozenset())
     assert md.count("\n| bundled |") == 2  # the config row and the "all" row
+
+
+def test_saved_h100_runs_meet_the_whole_model_latency_target():
+    """The saved H100 whole runs at fp32 batch 1 (data/records/h100/whole), re-predicted with the bundled
+    spec: end-to-end |error| median <= 10% and p90 <= 20% on the bundled and on the held-out models
+    (whose runs chose no fitted value)."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from fuseplanner.frontend.holdout import holdout_models
+    from fuseplanner.hw.spec import gpu
+    from fuseplanner.validation.whole import read, repredict
+
+    records = Path(__file__).resolve().parents[1] / "data" / "records" / "h100" / "whole" / "fp32fp32_b1"
+    held = {m.name for m in holdout_models()}
+    errors: dict[bool, list[float]] = {True: [], False: []}
+    for path in sorted(records.glob("*.json.gz")):
+        r = repredict(read(path)[0], gpu("h100"), context="isolated")
+        errors[r.model in held] += [abs(r.error_planned), abs(r.error_unfused)]
+    assert len(errors[False]) == 12 and len(errors[True]) == 16  # 6 bundled, 8 held-out models
+    for e in errors.values():
+        assert np.median(e) <= 0.10 and np.percentile(e, 90) <= 0.20

@@ -6,7 +6,11 @@
 - `graph`: the model's kernels replayed back to back in a CUDA graph (what `fuseplanner run`
   measures). A kernel takes
 
-      max(graph_launch_interval_s, body + graph_kernel_tail_s),  body = isolated time - launch_overhead_s
+      max(graph_launch_interval_s, body + graph_kernel_tail_s + family),  body = isolated time - launch_overhead_s
+
+  (family: `graph_lbl_kernel_s` for a layer-by-layer kernel, `graph_fused_kernel_s` for a fused one,
+  fitted on whole replays of the bundled models: what a launch of that family takes in a whole
+  replay beyond the graph terms, its graph counterpart of `kernel_fixed_s` / `fused_kernel_fixed_s`)
 
   (an opaque operator at least `opaque_op_floor_s`, a reduction (`core.kinds.REDUCE_OP_TYPES`) at least
   `reduce_op_floor_s`; a step that lists the kernels the executor's operator library launches for it,
@@ -41,7 +45,7 @@ from dataclasses import dataclass
 
 from fuseplanner.core.errors import PlanError
 from fuseplanner.core.ir import Cost
-from fuseplanner.core.kinds import CONTEXTS, REDUCE_OP_TYPES
+from fuseplanner.core.kinds import CONTEXTS, GROUP_KINDS, LAYER_KINDS, REDUCE_OP_TYPES
 from fuseplanner.cost.library import Launch, graph_seconds
 from fuseplanner.hw.spec import GpuSpec
 
@@ -57,6 +61,16 @@ class LaunchTerms:
     interval_s: float
     opaque_floor_s: float
     reduce_floor_s: float = 0.0
+    lbl_kernel_s: float = 0.0
+    fused_kernel_s: float = 0.0
+
+    def family_s(self, cost: Cost) -> float:
+        """What `cost`'s launches add in a whole graph replay by kernel family: `lbl_kernel_s` per
+        layer-by-layer kernel, `fused_kernel_s` per fused one (spec `graph_lbl_kernel_s`,
+        `graph_fused_kernel_s`)."""
+        lbl = sum(1 for k in cost.kernels if k.kind in LAYER_KINDS)
+        fused = sum(1 for k in cost.kernels if k.kind in GROUP_KINDS)
+        return lbl * self.lbl_kernel_s + fused * self.fused_kernel_s
 
     def least_s(self, kind: str, op_type: str = "") -> float:
         """The least graph time of one launch of a step of `kind` and ONNX `op_type`."""
@@ -137,19 +151,20 @@ def launch_terms(spec: GpuSpec) -> LaunchTerms:
     interval = float(interval) if interval is not None else 0.0
     opaque = float(opaque) if opaque is not None else interval
     return LaunchTerms(floor_s=floor, tail_s=float(tail) if tail is not None else floor, interval_s=interval,
-                       opaque_floor_s=opaque, reduce_floor_s=float(reduce) if reduce is not None else opaque)  # fmt: skip
+                       opaque_floor_s=opaque, reduce_floor_s=float(reduce) if reduce is not None else opaque,
+                       lbl_kernel_s=spec.hw.graph_lbl_kernel_s, fused_kernel_s=spec.hw.graph_fused_kernel_s)  # fmt: skip
 
 
 def context_time(cost: Cost, terms: LaunchTerms, context: str, opaque: bool = False, op_type: str = "") -> float:
     """Seconds of `cost`'s launches in `context`, without the residency rule. A cost of several
     launches (a group and its orphaned Add, a plan total) is charged per launch on average: each
-    launch's isolated floor becomes the graph tail, and the whole takes at least one interval (or
-    opaque floor) per launch."""
+    launch's isolated floor becomes the graph tail plus its family's whole-replay term
+    (`LaunchTerms.family_s`), and the whole takes at least one interval (or opaque floor) per launch."""
     n = cost.launches
     if context == "isolated" or n == 0:
         return cost.time_s
     floor = terms.least_s("opaque" if opaque else "", op_type)
-    return max(n * floor, cost.time_s - n * (terms.floor_s - terms.tail_s))
+    return max(n * floor, cost.time_s - n * (terms.floor_s - terms.tail_s) + terms.family_s(cost))
 
 
 def resident_reads(steps: Sequence[Step], capacity: float) -> tuple[float, ...]:

@@ -110,6 +110,12 @@ class KernelFit(BaseModel):
     library_row_iter_cycles: float = Field(default=0.0, ge=0, description=(
         "graph context: clock cycles of one 32-column iteration of one pass of the executor's LayerNorm/Softmax "
         "row kernel (run.ops._rows; cost.library; schema default 0: term off)"))
+    graph_lbl_kernel_s: float = Field(default=0.0, ge=-5e-6, le=5e-6, description=(
+        "graph context: seconds a launch of a layer-by-layer kernel (dw, pw, linear) takes in a whole "
+        "CUDA-graph replay beyond its graph-context time (the graph counterpart of kernel_fixed_s; "
+        "cost.execution; schema default 0)"))
+    graph_fused_kernel_s: float = Field(default=0.0, ge=-5e-6, le=5e-6, description=(
+        "graph context: the same for a fused kernel (the graph counterpart of fused_kernel_fixed_s)"))
     library_direct_terms_per_cycle: float = Field(default=0.0, ge=0, description=(
         "graph context: products (input channel x tap, one load and one FMA each) per SM per clock cycle of the "
         "executor's direct conv kernel (run.ops._cuda.conv2d, one thread per output; cost.library; schema "
