@@ -61,11 +61,17 @@ def conv_terms(op: Op) -> int:
     return g.c // max(1, g.groups) * g.kh * g.kw
 
 
+def runs_direct(op: Op) -> bool:
+    """Whether the executor runs dense conv `op` on its direct kernel (2-D, at most `DIRECT_MAX_TERMS`
+    products per output) rather than im2col + GEMM."""
+    return len(op.kernel) == 2 and conv_terms(op) <= DIRECT_MAX_TERMS
+
+
 def _conv_cost(op: Op, e: int, batch: int, gpu: GpuSpec, in_b: float, out_b: float, w_b: float) -> Cost:
     """A dense conv as the executor runs it (module docstring): direct, or im2col + GEMM."""
     g = geom(op)
     flops = 2.0 * batch * g.macs
-    direct = len(op.kernel) == 2 and conv_terms(op) <= DIRECT_MAX_TERMS
+    direct = runs_direct(op)
     pointwise = g.kh * g.kw == 1 and set(op.stride) == {1} and not any(op.pads)
     if direct or pointwise:
         return _streamed(in_b + w_b, out_b, 0.0, flops, gpu, 1)

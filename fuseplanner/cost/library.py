@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 
 from fuseplanner.core.ir import DTYPE_BYTES, Op
 from fuseplanner.core.kinds import REDUCE_OP_TYPES
-from fuseplanner.cost.layers import DIRECT_MAX_TERMS, VIEW_OPS
+from fuseplanner.cost.layers import VIEW_OPS, runs_direct
 from fuseplanner.costbase.geometry import geom
 from fuseplanner.hw.spec import Hw
 
@@ -214,7 +214,7 @@ def conv(op: Op, e: int, hw: Hw) -> tuple[Launch, ...]:
     out_b = n * g.co * npos * e
     act = [x for x in op.epilogue if x not in ("bias", "bn", "add")]
     activation = (Launch("activation", 2.0 * out_b),) if act else ()
-    if len(op.kernel) == 2 and cg * taps <= DIRECT_MAX_TERMS:
+    if runs_direct(op):
         read_b = math.prod(op.in_shape) * e + g.co * cg * taps * 4  # float32 weights
         return Launch("direct", read_b + out_b, 2.0 * n * g.co * npos * cg * taps,
                       direct_terms=float(n * g.co * npos * cg * taps)), *activation  # fmt: skip

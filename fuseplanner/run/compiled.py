@@ -96,9 +96,8 @@ class CompiledModel:
                 raise ModelError(f"input {spec.name!r} is {getattr(a, 'dtype', type(a).__name__)}, the model takes {want}")
         return dict(inputs)
 
-    def _outputs(self, host: bool) -> dict:
-        if host and self.gpu:
-            return {name: src.astype(want, copy=True).get() for name, src, want in self._out_plan}
+    def _outputs(self) -> dict:
+        """Copies of the outputs in the dtypes the caller gets (CPU mode; the GPU's are `device.call`'s)."""
         return {name: src.astype(want, copy=True) for name, src, want in self._out_plan}
 
     # ---- running ----------------------------------------------------------------------------------
@@ -108,7 +107,7 @@ class CompiledModel:
         if not self.gpu:
             self._load(inputs)
             self._bound.run()
-            return self._outputs(host=True)
+            return self._outputs()
         from fuseplanner.run import device
 
         return device.call(self, inputs)

@@ -286,31 +286,32 @@ def bench(model, replays: int = 200, cold_l2: bool = False) -> BenchRecord:
                        _bound_host(model, min(replays, 100)))  # fmt: skip
 
 
-def _bound_host(model, calls: int) -> float:
-    """Median host time of `calls` `model.launch()` calls, the stream drained between calls outside the
-    timed region."""
-    stream = model._xp.cuda.get_current_stream()
+def _host_median(run, drain, calls: int) -> float:
+    """Median host time of `calls` calls of `run`, `drain` (waiting for the GPU) between calls outside
+    the timed region."""
     samples = []
     for _ in range(calls):
         t0 = time.perf_counter()
-        model.launch()
+        run()
         samples.append(time.perf_counter() - t0)
-        stream.synchronize()
+        drain()
     return float(np.median(samples))
 
 
+def _bound_host(model, calls: int) -> float:
+    """Median host time of `calls` `model.launch()` calls."""
+    return _host_median(model.launch, model._xp.cuda.get_current_stream().synchronize, calls)
+
+
 def _call_host(model, calls: int) -> float:
-    """Median host time of `calls` whole calls on device-resident inputs, the stream drained between
-    calls outside the timed region."""
+    """Median host time of `calls` whole calls on device-resident inputs (after one untimed call)."""
     cp = model._xp
     dev = {k: cp.asarray(v) for k, v in _random_inputs(model, 1).items()}
     model(dev)
     cp.cuda.get_current_stream().synchronize()
-    samples = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        model(dev)
-        samples.append(time.perf_counter() - t0)
+
+    def drain() -> None:
         model._stream.synchronize()
         cp.cuda.get_current_stream().synchronize()
-    return float(np.median(samples))
+
+    return _host_median(lambda: model(dev), drain, calls)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
@@ -45,23 +44,13 @@ extern "C" __global__ void __launch_bounds__(256) fp_conv2d(const TX* __restrict
 """
 
 
-@functools.cache
-def _conv_kernel(defines: tuple[tuple[str, str], ...]):
-    import cupy
-
-    from fuseplanner.run.ops._gemm import LOAD_STORE
-
-    head = "".join(f"#define {k} {v}\n" for k, v in defines)
-    return cupy.RawKernel(head + LOAD_STORE + _CONV2D, "fp_conv2d", options=("-std=c++17",))
-
-
 def conv2d(cp: Any, node: Node, win: Window, groups: int):
     """2-D Conv (grouped, depthwise and channel-multiplier included) as one RawKernel, one thread per
     output element (32-bit index arithmetic where the sizes allow, taps unrolled): y[n, oc, ho, wo] = sum
     over the group's input channels ic and in-bounds taps of x[n, (oc // MG) * CG + ic, ih, iw] *
     w[oc, ic, kh, kw] (+ b[oc]), summed in float32 (MG output and CG input channels per group): the
     function of conv's tap loop and im2col paths, without a padded copy."""
-    from fuseplanner.run.ops._gemm import type_name
+    from fuseplanner.run.ops._gemm import raw_kernel, type_name
 
     n, c, h, w = node.in_shape
     cout = node.out_shape[1]
@@ -72,7 +61,7 @@ def conv2d(cp: Any, node: Node, win: Window, groups: int):
                "HAS_BIAS": int(node.has_input(2)), "TOTAL": f"{total}LL",
                "IDX": "int" if total * max(c, cout) < 2**31 and n * c * h * w < 2**31 else "long long",
                "TX": type_name(node.input_dtypes[0]), "TY": type_name(node.output_dtypes[0])}  # fmt: skip
-    kern = _conv_kernel(tuple(sorted((k, str(v)) for k, v in defines.items())))
+    kern = raw_kernel("fp_conv2d", _CONV2D, defines)
     grid = ((total + 255) // 256, 1, 1)
     const_w, const_b = node.const(1), node.const(2)
     w_dev = None if const_w is None else cp.asarray(const_w.astype(np.float32).reshape(-1))

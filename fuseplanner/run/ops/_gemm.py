@@ -125,17 +125,22 @@ def _elem_strides(a: Any) -> tuple[int, ...]:
 
 
 _HELPERS, _TILED = _SOURCE.split('extern "C"', 1)
-#: The device functions `ld` / `st` (float32 or float16-as-bits storage, float32 values) for other kernels.
-LOAD_STORE = _HELPERS
+_GEMM = 'extern "C"' + _TILED
 
 
 @functools.cache
-def _kernel(name: str, defines: tuple[tuple[str, str], ...]):
+def _compiled(name: str, source: str, defines: tuple[tuple[str, str], ...]):
     import cupy
 
     head = "".join(f"#define {k} {v}\n" for k, v in defines)
-    body = _HELPERS + ('extern "C"' + _TILED if name == "fp_gemm" else _GEMV)
-    return cupy.RawKernel(head + body, name, options=("-std=c++17",))
+    return cupy.RawKernel(head + _HELPERS + source, name, options=("-std=c++17",))
+
+
+def raw_kernel(name: str, source: str, defines: dict):
+    """Kernel `name` of CUDA `source`, compiled once per distinct `defines` (each a #define before the
+    source), with the device functions `ld` / `st` (float32 or float16-as-bits storage, float32
+    values) in scope."""
+    return _compiled(name, source, _defines(defines))
 
 
 def _defines(d: dict) -> tuple[tuple[str, str], ...]:
@@ -181,7 +186,7 @@ def batched_gemm(cp: Any, a: Any, b: Any, out: Any) -> None:
     defines.update(KSPLIT=ksplit, KCHUNK=kchunk)
     grid = ((n + 63) // 64, (m + 63) // 64, blocks * ksplit)
     work = cp.empty((blocks * ksplit, m, n), dtype=cp.float32) if ksplit > 1 else out
-    _kernel("fp_gemm", _defines(defines))(grid, (256, 1, 1), (a, b, out, work))
+    raw_kernel("fp_gemm", _GEMM, defines)(grid, (256, 1, 1), (a, b, out, work))
     if ksplit > 1:
         _split_sum(cp)(work.reshape(-1), np.int32(ksplit), np.int64(m * n), out.reshape(blocks * m * n))
 
@@ -224,4 +229,4 @@ def _gemv(a: Any, b: Any, out: Any, batch: tuple[int, ...], blocks: int) -> None
     defines = {"TM": _TYPES[mat.dtype], "TV": _TYPES[vec.dtype], "TC": _TYPES[out.dtype], "GR": rows, "GK": k,
                "SR": sr, "SK": sk, "SV": sv, **layout}
     grid = ((rows + 7) // 8, 1, blocks)
-    _kernel("fp_gemv", _defines(defines))(grid, (256, 1, 1), (mat, vec, out))
+    raw_kernel("fp_gemv", _GEMV, defines)(grid, (256, 1, 1), (mat, vec, out))
