@@ -54,8 +54,8 @@ def register(subparsers) -> None:
     p.add_argument("--whole", action="store_true",
                    help="run the whole model with the executor, planned and unfused, as CUDA-graph replays and per "
                    "step (each step replayed alone in a CUDA graph), and compare with the whole-inference prediction in the "
-                   "graph context; "
-                   "writes whole.json and whole.md to --out")
+                   "graph context; with Nsight Compute (unless --no-ncu) also the DRAM and L2 bytes of one whole "
+                   "replay, cold and warm, against the prediction; writes whole.json and whole.md to --out")
     p.add_argument("--context", choices=CONTEXTS, default="isolated",
                    help="with --whole: the execution context the plan's time objective decides in (default isolated)")
     p.add_argument("--replays", type=positive_int, default=200, help="with --whole: CUDA-graph replays timed (default 200)")
@@ -160,6 +160,7 @@ def _validate_whole(args: argparse.Namespace) -> int:
     gpu = resolve_gpu(args.gpu)
     result = measure(args.model, gpu, dtype=args.dtype, precision=args.precision, batch=args.batch,
                      replays=args.replays, context=args.context, decisions=args.decisions,
+                     counters=not args.no_ncu, require_counters=args.require_ncu,
                      input_shapes=parse_input_shapes(args.input_shape) or None,
                      progress=lambda line: sys.stderr.write(line + "\n"))  # fmt: skip
     out = Path(args.out) if args.out else _default_out(args.model, gpu.name, args.dtype, result.batch)

@@ -104,7 +104,8 @@ class Step:
 @dataclass(frozen=True)
 class StepPrediction:
     """One step's predicted seconds and DRAM bytes in a context; `saved_read_bytes`: DRAM reads the
-    residency rule served from L2."""
+    residency rule served from L2; `l2_*_bytes`: what its kernels request from L2 (the cost's GMA bytes,
+    the same in every context)."""
 
     label: str
     kind: str
@@ -113,6 +114,8 @@ class StepPrediction:
     dram_read_bytes: float
     dram_write_bytes: float
     saved_read_bytes: float = 0.0
+    l2_read_bytes: float = 0.0
+    l2_write_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -197,7 +200,8 @@ def predict(steps: Sequence[Step], spec: GpuSpec, context: str) -> WholePredicti
     hw = spec.hw
     if context == "isolated":
         return WholePrediction(context, tuple(
-            StepPrediction(s.label, s.kind, s.op_type, s.cost.time_s, s.cost.dram_read_bytes, s.cost.dram_write_bytes)
+            StepPrediction(s.label, s.kind, s.op_type, s.cost.time_s, s.cost.dram_read_bytes, s.cost.dram_write_bytes,
+                           l2_read_bytes=s.cost.gma_read_bytes, l2_write_bytes=s.cost.gma_write_bytes)
             for s in steps))  # fmt: skip
     terms = launch_terms(spec)
     hits = resident_reads(steps, hw.l2_bytes * hw.l2_usable_fraction)
@@ -213,5 +217,6 @@ def predict(steps: Sequence[Step], spec: GpuSpec, context: str) -> WholePredicti
             t = context_time(c, terms, context, opaque=s.kind == "opaque", op_type=s.op_type)
             if c.launches:
                 t = max(c.launches * terms.least_s(s.kind, s.op_type), t - gain)
-        out.append(StepPrediction(s.label, s.kind, s.op_type, t, c.dram_read_bytes - saved, c.dram_write_bytes, saved))
+        out.append(StepPrediction(s.label, s.kind, s.op_type, t, c.dram_read_bytes - saved, c.dram_write_bytes, saved,
+                                  l2_read_bytes=c.gma_read_bytes, l2_write_bytes=c.gma_write_bytes))  # fmt: skip
     return WholePrediction(context, tuple(out))

@@ -41,6 +41,9 @@ CACHE_MODES = ("all", "none")
 #: Names the marker kernels of a workload start with (see `split_by_markers`).
 MARK_BEGIN = "fuseplanner_mark_begin"
 MARK_END = "fuseplanner_mark_end"
+#: CUDA source of the (empty) marker kernels a profiled workload launches around each measured item.
+MARKER_SOURCE = (f'extern "C" __global__ void {MARK_BEGIN}() {{}}\n'
+                 f'extern "C" __global__ void {MARK_END}() {{}}\n')
 
 # Unit name -> factor to the base unit. ncu has printed both long ("Kbyte", "usecond") and short
 # ("KB", "us") names across versions; its byte prefixes are decimal (1 Kbyte = 1000 bytes).
@@ -278,13 +281,16 @@ def find_ncu() -> str | None:
 
 
 def command(argv: Sequence[str], *, log_file: str, cache: str = "all", kernel_regex: str | None = None,
-            metrics: Iterable[str] = METRICS, ncu: str = "ncu") -> list[str]:
-    """The ncu command line that profiles `argv` and writes base-unit CSV to `log_file`."""
+            metrics: Iterable[str] = METRICS, ncu: str = "ncu", graph: bool = False) -> list[str]:
+    """The ncu command line that profiles `argv` and writes base-unit CSV to `log_file`; `graph`: each
+    CUDA-graph launch is one workload (a record named "graph"), not one record per kernel node."""
     if cache not in CACHE_MODES:
         raise ValueError(f"unknown cache mode {cache!r}: use one of {', '.join(CACHE_MODES)}")
     cmd = [ncu, "--csv", "--print-units", "base", "--metrics", ",".join(metrics),
            "--cache-control", cache, "--clock-control", "none", "--target-processes", "all",
            "--log-file", log_file]
+    if graph:
+        cmd += ["--graph-profiling", "graph"]
     if kernel_regex:
         cmd += ["-k", f"regex:{kernel_regex}"]
     return [*cmd, *argv]
@@ -292,7 +298,7 @@ def command(argv: Sequence[str], *, log_file: str, cache: str = "all", kernel_re
 
 def profile(argv: Sequence[str], *, cache: str = "all", kernel_regex: str | None = None,
             timeout_s: float = 600.0, ncu: str | None = None, cwd: str | Path | None = None,
-            env: Mapping[str, str] | None = None) -> list[KernelRecord]:
+            env: Mapping[str, str] | None = None, graph: bool = False) -> list[KernelRecord]:
     """Run `argv` (e.g. ``[sys.executable, "-m", "pkg.worker", "job"]``) under ncu; one record per launch.
 
     Raises `CountersUnavailable` when ncu is missing or may not read counters, and `DeviceError` when
@@ -303,7 +309,7 @@ def profile(argv: Sequence[str], *, cache: str = "all", kernel_regex: str | None
         raise CountersUnavailable("Nsight Compute (ncu) is not installed or not on PATH")
     with tempfile.TemporaryDirectory(prefix="fuseplanner-ncu-") as tmp:
         log = str(Path(tmp) / "ncu.csv")
-        cmd = command(argv, log_file=log, cache=cache, kernel_regex=kernel_regex, ncu=exe)
+        cmd = command(argv, log_file=log, cache=cache, kernel_regex=kernel_regex, ncu=exe, graph=graph)
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=cwd,
                                   env=dict(env) if env is not None else None, check=False)

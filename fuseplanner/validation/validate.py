@@ -64,11 +64,6 @@ TILE_MODES = ("planned", "sweep", "layers")
 #: Regex of kernel names ncu profiles: our kernels (kernels/families/*/*.cu: dw_kernel, pw_kernel, fused_*) and the
 #: region markers; CuPy's helper kernels (fills, casts) are not profiled.
 KERNEL_REGEX = f"{ncu_mod.MARK_BEGIN}|{ncu_mod.MARK_END}|_kernel|fused_"
-_MARKERS = (
-    f'extern "C" __global__ void {ncu_mod.MARK_BEGIN}() {{}}\n'
-    f'extern "C" __global__ void {ncu_mod.MARK_END}() {{}}\n'
-)
-
 
 @dataclass(frozen=True)
 class Validation:
@@ -506,7 +501,7 @@ def ncu_worker(job_path: str, warm: bool) -> None:
     job = pickle.loads(Path(job_path).read_bytes())
     ctx = Context(gpu=job["gpu"], dtype=job["dtype"], batch=job["batch"], precision=job["precision"],
                   objective="time", seed=job["seed"])
-    mod = cp.RawModule(code=_MARKERS)
+    mod = cp.RawModule(code=ncu_mod.MARKER_SOURCE)
     begin, end = mod.get_function(ncu_mod.MARK_BEGIN), mod.get_function(ncu_mod.MARK_END)
     for i, item in enumerate(job["items"]):
         prepared = None

@@ -23,6 +23,8 @@ from fuseplanner.core.errors import PlanError, RecordsError
 from fuseplanner.planning.whole import WholePlanPrediction
 from fuseplanner.validation.whole_decisions import DecisionData, MeasuredStep, PlanRun, candidates
 from fuseplanner.validation.whole_decisions import to_markdown as decisions_markdown
+from fuseplanner.validation.whole_traffic import TrafficComparison, comparison
+from fuseplanner.validation.whole_traffic import to_markdown as traffic_markdown
 
 SCHEMA = "fuseplanner.whole/1"
 
@@ -86,6 +88,8 @@ class WholeResult(BaseModel):
                                               description="the unfused model's steps timed in graph mode")  # fmt: skip
     decisions: DecisionData | None = Field(default=None, description="fuse decision candidates and the planned "
                                            "runs measured for them (validation.whole_decisions)")  # fmt: skip
+    traffic: TrafficComparison | None = Field(default=None, description="whole-inference DRAM and L2 bytes, "
+                                              "predicted and measured (validation.whole_traffic)")  # fmt: skip
 
 
 def owners(plan, graph) -> dict[str, str]:
@@ -155,7 +159,7 @@ def compare(graph_pred: WholePlanPrediction, isolated_pred: WholePlanPrediction,
         isolated_saving=isolated_pred.saving, saving_gap_points=100 * (graph_pred.saving - measured_saving),
         steps=steps, step_error_median=float(np.median(errs)) if errs.size else None,
         step_error_p90=float(np.percentile(errs, 90)) if errs.size else None, unmatched_steps=unmatched,
-        step_mode=step_mode,
+        step_mode=step_mode, traffic=comparison(graph_pred, isolated_pred),
     )  # fmt: skip
 
 
@@ -201,7 +205,9 @@ def write(results: Sequence[WholeResult], out: Path) -> tuple[Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
     js, md = out / "whole.json", out / "whole.md"
     js.write_text("[\n" + ",\n".join(r.model_dump_json(indent=1) for r in results) + "\n]\n", encoding="utf-8")
-    md.write_text(_summary(results) + "\n" + to_markdown(results) + _decisions_section(results), encoding="utf-8")
+    traffic = traffic_markdown(results)
+    md.write_text(_summary(results) + "\n" + to_markdown(results) + ("\n" + traffic if traffic else "")
+                  + _decisions_section(results), encoding="utf-8")  # fmt: skip
     return js, md
 
 
@@ -216,13 +222,16 @@ def _latency(rec) -> Latency:
 
 def measure(model, spec, *, dtype: str = "fp32", precision: str = "fp32", batch: int | None = None,
             replays: int = 200, context: str = "isolated", input_shapes=None, step_mode: str = "graph",
-            decisions: bool = False, step_repeats: int = 20, progress=None) -> WholeResult:  # fmt: skip
+            decisions: bool = False, step_repeats: int = 20, counters: bool = False, require_counters: bool = False,
+            progress=None) -> WholeResult:  # fmt: skip
     """(GPU) Compile `model` planned (the time objective decided in `context`) and unfused, bench both
     as CUDA-graph replays with a warm L2, time the planned steps (`step_mode`) and the unfused steps
     (graph mode), and compare with the whole-inference predictions. The result carries the fuse
     decisions of both contexts (`validation.whole_decisions`); `decisions` also compiles and times the
     model planned in the other context, so that every group either context fuses is measured.
-    `progress` (a callable taking one line) hears what runs."""
+    `counters` also reads the whole-inference traffic of one replay of each with Nsight Compute
+    (`validation.whole_traffic`; where ncu may not, the result says why, or with `require_counters`
+    the error is raised). `progress` (a callable taking one line) hears what runs."""
     import fuseplanner
     from fuseplanner.frontend.load import load_model
     from fuseplanner.planning.whole import predict_whole
@@ -253,7 +262,29 @@ def measure(model, spec, *, dtype: str = "fp32", precision: str = "fp32", batch:
                      precision=precision, batch=plan.batch, device=_device_name(), owner=owners(plan, graph),
                      step_mode=step_mode)  # fmt: skip
     data = DecisionData(candidates=candidates(plans["isolated"], plans["graph"], bare.plan, spec), runs=runs)
+    if counters:
+        say(f"{graph.name}: reading whole-inference counters with Nsight Compute (cold and warm replays)")
+        traffic = _counters(result.traffic, model, spec, plan, dict(dtype=dtype, precision=precision, batch=batch,
+                                                                    input_shapes=input_shapes), require_counters)  # fmt: skip
+        result = result.model_copy(update={"traffic": traffic})
     return result.model_copy(update={"unfused_steps": unfused_steps, "decisions": data})
+
+
+def _counters(traffic: TrafficComparison, model, spec, plan, kw: dict, require: bool) -> TrafficComparison:
+    """`traffic` with the counters `whole_traffic.profile` reads, or with the reason none were read."""
+    import tempfile
+
+    from fuseplanner.validation.ncu import CountersUnavailable
+    from fuseplanner.validation.whole_traffic import profile
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="fuseplanner-whole-") as tmp:
+            cold, warm = profile(model, spec, plan, work_dir=Path(tmp), **kw)
+    except CountersUnavailable as exc:
+        if require:
+            raise
+        return traffic.with_counters(None, None, note=str(exc))
+    return traffic.with_counters(cold, warm)
 
 
 def _both_plans(graph, spec, dtype: str, precision: str, say) -> dict:
@@ -335,7 +366,11 @@ def repredict(result: WholeResult, spec, model=None, context: str = "isolated") 
     again = compare(graph_pred, iso_pred, result.measured_planned, result.measured_unfused, steps, gpu=spec.name,
                     dtype=result.dtype, precision=result.precision, batch=result.batch, device=result.device,
                     step_mode=result.step_mode)  # fmt: skip
-    return again.model_copy(update={"unfused_steps": result.unfused_steps, "decisions": result.decisions})
+    traffic = again.traffic
+    if result.traffic is not None and traffic is not None:
+        traffic = traffic.with_counters(result.traffic.cold, result.traffic.warm, result.traffic.note)
+    return again.model_copy(update={"unfused_steps": result.unfused_steps, "decisions": result.decisions,
+                                    "traffic": traffic})  # fmt: skip
 
 
 def _device_name() -> str:
