@@ -169,8 +169,10 @@ def test_cli_scores_decisions_from_results(tmp_path, capsys):
     from fuseplanner.cli.main import main
 
     fix = str(FIXTURES / "whole_decisions_synthetic.json")
-    assert main(["validate", "--whole", "--decisions", "--from-results", fix, fix, "--out", str(tmp_path)]) == 0
+    argv = ["validate", "--whole", "--decisions", "--from-results", fix, fix, "--out", str(tmp_path), "--as-saved"]
+    assert main(argv) == 0
     out = capsys.readouterr().out
+    assert "Decisions as saved in the results" in out
     # the fixture twice: isolated (3 + 1) x 2 = 8 right of (4 + 2) x 2 = 12; graph 2 x 2 of 4 x 2
     assert "| all | | | 16 | 8/12 (66.7%) | 4/8 (50.0%) | 4 / 8 |" in out
     assert (tmp_path / "decisions.md").read_text() in out
@@ -182,6 +184,10 @@ def test_cli_decision_errors(tmp_path, capsys):
     old = str(FIXTURES / "whole_mobilenet_v1.json")
     for argv in (["validate", "--whole", "--decisions", "--from-results", old, "--out", str(tmp_path)],
                  ["validate", "--decisions", "--from-results", old],
+                 ["validate", "--whole", "--from-results", old, "--as-saved", "--out", str(tmp_path)],
+                 # re-deciding plans the model the results name: the synthetic one is no model
+                 ["validate", "--whole", "--decisions", "--from-results", str(FIXTURES / "whole_decisions_synthetic.json"),
+                  "--out", str(tmp_path)],
                  ["validate", "--from-results", old, old]):  # fmt: skip
         assert main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()

@@ -62,7 +62,11 @@ def register(subparsers) -> None:
     p.add_argument("--decisions", action="store_true",
                    help="with --whole: also compile and time the model planned in the other context, so every group "
                    "either context fuses is measured; with --whole --from-results: print (and write decisions.md) only "
-                   "the fuse decisions of both contexts scored against the saved step times")
+                   "the fuse decisions of both contexts scored against the saved step times, decided again with the "
+                   "current cost model and --gpu (default: the spec each result names)")
+    p.add_argument("--as-saved", action="store_true",
+                   help="with --whole --decisions --from-results: score the decisions saved in the results (made at "
+                   "measurement time) instead of deciding again")
     p.set_defaults(func=run)
 
 
@@ -133,6 +137,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.decisions and not args.whole:
         raise FusePlannerError("--decisions goes with --whole")
+    if args.as_saved and not (args.decisions and args.from_results):
+        raise FusePlannerError("--as-saved goes with --whole --decisions --from-results")
     if args.from_results:
         out = Path(args.out or Path(args.from_results[0]).parent)
         if args.whole:
@@ -188,16 +194,27 @@ def _whole_from_results(args: argparse.Namespace, out: Path) -> int:
 
 
 def _decisions_from_results(args: argparse.Namespace, out: Path) -> int:
-    """The fuse decisions of both contexts saved in `--whole` results, scored against their saved step
-    times (no re-prediction, no GPU); printed and written to `out`/decisions.md."""
+    """The fuse decisions of both contexts for saved `--whole` results, scored against their saved step
+    times without a GPU: decided again with the current cost model and `--gpu` (default: the spec each
+    result names), or with `--as-saved` those saved in the results; printed and written to
+    `out`/decisions.md."""
+    from fuseplanner.frontend.holdout import holdout_models
+    from fuseplanner.hw import spec as specs
     from fuseplanner.validation.whole import read
     from fuseplanner.validation.whole_decisions import to_markdown
+    from fuseplanner.validation.whole_redecide import redecide
 
     results = [r for f in args.from_results for r in read(f)]
-    text = to_markdown(results)
-    if not text:
+    if not any(r.decisions is not None for r in results):
         raise FusePlannerError("no result in these files has decision measurements: measure with a current "
                                "`fuseplanner validate MODEL --whole`")  # fmt: skip
+    if args.as_saved:
+        note = "Decisions as saved in the results (decided at measurement time)."
+    else:
+        results = [redecide(r, specs.gpu(r.gpu if args.gpu == "auto" else args.gpu), args.model) for r in results]
+        name = "the spec each result names" if args.gpu == "auto" else f"spec `{specs.gpu(args.gpu).name}`"
+        note = f"Decisions re-decided with {name} and the current cost model; step times as saved."
+    text = to_markdown(results, note, frozenset(m.name for m in holdout_models()))
     out.mkdir(parents=True, exist_ok=True)
     (out / "decisions.md").write_text(text, encoding="utf-8")
     sys.stdout.write(text + f"\nwrote {out / 'decisions.md'}\n")

@@ -353,8 +353,7 @@ def repredict(result: WholeResult, spec, model=None, context: str = "isolated") 
 
     graph = load_model(model or result.model, None, result.batch)
     plan = make_plan(graph, spec, dtype=result.dtype, precision=result.precision, context=context)
-    unfused = make_plan(graph, spec, dtype=result.dtype, batch=plan.batch, kinds=[], precision=result.precision,
-                        workers=1)  # fmt: skip
+    unfused = unfused_plan(graph, spec, result.dtype, result.precision, plan.batch)
     graph_pred = predict_whole(graph, spec, plan, "graph", unfused_plan=unfused)
     labels = {s.label for s in graph_pred.planned.steps}
     missing = [s.label for s in result.steps if s.label not in labels]
@@ -371,6 +370,13 @@ def repredict(result: WholeResult, spec, model=None, context: str = "isolated") 
         traffic = traffic.with_counters(result.traffic.cold, result.traffic.warm, result.traffic.note)
     return again.model_copy(update={"unfused_steps": result.unfused_steps, "decisions": result.decisions,
                                     "traffic": traffic})  # fmt: skip
+
+
+def unfused_plan(graph, spec, dtype: str, precision: str, batch: int):
+    """The model planned with no fused kind: every layer run alone (the baseline of the predictions)."""
+    from fuseplanner.planning.search import plan as make_plan
+
+    return make_plan(graph, spec, dtype=dtype, batch=batch, kinds=[], precision=precision, workers=1)
 
 
 def _device_name() -> str:

@@ -260,11 +260,10 @@ def _share(s: ContextScore) -> str:
     return "n/a" if s.fraction is None else f"{s.right}/{s.scored} ({100 * s.fraction:.1f}%)"
 
 
-def _summary_rows(results: Sequence) -> list[str]:
+def _summary_rows(scored: Sequence[tuple]) -> list[str]:
     rows = []
     pooled: list[Decision] = []
-    for r in results:
-        mine = score(r)
+    for r, mine in scored:
         pooled += mine
         iso, gra = summarise(mine)
         rows.append(f"| {r.model} | {r.dtype}/{r.precision} | {r.batch} | {len(mine) // len(CONTEXTS)} | {_share(iso)} | "
@@ -272,6 +271,30 @@ def _summary_rows(results: Sequence) -> list[str]:
     iso, gra = summarise(pooled)
     rows.append(f"| all | | | {len(pooled) // len(CONTEXTS)} | {_share(iso)} | {_share(gra)} | "
                 f"{iso.unmeasured} / {gra.unmeasured} |")  # fmt: skip
+    return rows
+
+
+def _unstepped(decisions: Sequence[Decision]) -> int:
+    """Candidates no run has a kernel step for (one decision per context each)."""
+    return sum(d.measured is None for d in decisions if d.context == CONTEXTS[0])
+
+
+def _pooled_rows(scored: Sequence[tuple], held_out: frozenset[str]) -> list[str]:
+    """Per (model set, dtype/precision, batch), then per set over all of them; the sets: bundled,
+    held-out (`held_out`) and all models."""
+    from fuseplanner.validation.whole_summary import model_set
+
+    groups: dict[tuple[str, str, str], list[Decision]] = {}
+    for r, mine in scored:
+        for kind in (model_set(r.model, held_out), "all"):
+            for key in ((kind, f"{r.dtype}/{r.precision}", str(r.batch)), (kind, "all", "all")):
+                groups.setdefault(key, []).extend(mine)
+    order = {"bundled": 0, "held-out": 1, "all": 2}
+    rows = []
+    for (kind, mode, batch), ds in sorted(groups.items(), key=lambda g: (order[g[0][0]], g[0][1] == "all", g[0])):
+        iso, gra = summarise(ds)
+        rows.append(f"| {kind} | {mode} | {batch} | {len(ds) // len(CONTEXTS)} ({_unstepped(ds)}) | {_share(iso)} | "
+                    f"{_share(gra)} | {iso.unmeasured} / {gra.unmeasured} |")  # fmt: skip
     return rows
 
 
@@ -301,15 +324,27 @@ def _wrong_rows(decisions: Sequence[Decision]) -> list[str]:
             f"{_us(d.predicted_s)} | {_us(d.measured.saving_s)} |" for d in decisions if d.right is False]  # fmt: skip
 
 
-def to_markdown(results: Sequence) -> str:
-    """The decision summary per result and pooled, then every candidate (empty without decision data)."""
-    with_data = [r for r in results if r.decisions is not None]
-    if not with_data:
+def _pooled_section(scored: Sequence[tuple], held_out: frozenset[str] | None) -> list[str]:
+    if held_out is None:
+        return []
+    return ["Pooled per model set (candidates: in brackets those no run has a kernel step for):", "",
+            "| set | dtype/precision | batch | candidates | isolated right | graph right | "
+            "unmeasured (isolated / graph) |", "|---|---|---|---|---|---|---|", *_pooled_rows(scored, held_out), ""]  # fmt: skip
+
+
+def to_markdown(results: Sequence, note: str = "", held_out: frozenset[str] | None = None) -> str:
+    """The decision summary per result and pooled (per model set too when `held_out` names the
+    held-out models), then every candidate (empty without decision data). `note`: a line under the
+    heading saying where the decisions come from."""
+    scored = [(r, score(r)) for r in results if r.decisions is not None]
+    if not scored:
         return ""
-    decisions = [d for r in with_data for d in score(r)]
-    lines = ["## Fuse decisions measured in the executor (graph-mode step times)", "",
-             "| model | dtype | batch | candidates | isolated right | graph right | unmeasured (isolated / graph) |",
-             "|---|---|---|---|---|---|---|", *_summary_rows(with_data), "",
+    decisions = [d for _, mine in scored for d in mine]
+    lines = ["## Fuse decisions measured in the executor (graph-mode step times)", "", *([note, ""] if note else []),
+             f"Right / scored decisions per context; unmeasured: decisions on a candidate no run has a kernel step "
+             f"for ({_unstepped(decisions)} of {len(decisions) // len(CONTEXTS)} candidates), or weighed against one.",
+             "", "| model | dtype | batch | candidates | isolated right | graph right | unmeasured (isolated / graph) |",
+             "|---|---|---|---|---|---|---|", *_summary_rows(scored), "", *_pooled_section(scored, held_out),
              "Decisions the measurement contradicts (saving in us, unfused - fused):", "",
              "| model | dtype | batch | context | group | decision | predicted saving | measured saving |",
              "|---|---|---|---|---|---|---|---|", *_wrong_rows(decisions), "",
