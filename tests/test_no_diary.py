@@ -22,7 +22,7 @@ PATTERNS = [
 ]
 DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
 #: files whose dates are data: the records' README and the tables of the benchmark and validation docs
-DATES_IN_TABLES = {"BENCHMARKS.md", "docs/validation.md", "docs/validate.md"}
+DATES_IN_TABLES = {"BENCHMARKS.md", "docs/validation.md", "docs/validate.md", "docs/traffic.md"}
 DATES_ANYWHERE = {"data/records/README.md"}
 #: a kernel fit's provenance (`date = "..."` in a spec's [fit] table) is data: when the fit was made
 FIT_DATE = re.compile(r'^date = "20\d\d-\d\d-\d\d"$')

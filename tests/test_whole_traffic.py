@@ -102,8 +102,10 @@ def test_table_row_by_hand():
     text = whole_traffic.to_markdown([_with_traffic(Measured(planned=meas, unfused=meas.model_copy(update={"dram_read_bytes": 21e6})))])
     row = text.splitlines()[-1]
     # DRAM planned: measured 12.00 MB, predicted 10.00 MB -> 10/12 - 1 = -16.7%; unfused 24.00 vs 20.00 -> -16.7%
-    # saved: measured (24 - 12)/24 = 50.0%, predicted (20 - 10)/20 = 50.0%; L2 40.00 vs 40.00 -> +0.0%
-    assert "| 12.00 | 10.00 (-16.7%) | 10.00 | 24.00 | 20.00 (-16.7%) | 50.0% | 50.0% | 40.00 | 40.00 (+0.0%) | 12.00 |" in row
+    # saved: measured (24 - 12)/24 = 50.0%, predicted (20 - 10)/20 = 50.0%; writes measured 3 / 3, predicted 2 / 2;
+    # L2 40.00 vs 40.00 -> +0.0%
+    assert ("| 12.00 | 10.00 (-16.7%) | 10.00 | 24.00 | 20.00 (-16.7%) | 50.0% | 50.0% | 3.00 / 3.00 | 2.00 / 2.00 | "
+            "40.00 | 40.00 (+0.0%) | 12.00 |") in row
     assert whole_traffic.to_markdown([_with_traffic(None)]) == ""
 
 
@@ -123,3 +125,14 @@ def test_counters_unavailable_leaves_a_note(monkeypatch):
 
 def test_worker_usage():
     assert whole_traffic._main(["--nope"]) == 2
+
+
+def test_summary_rows_by_set():
+    meas = InferenceBytes(dram_read_bytes=9e6, dram_write_bytes=3e6, l2_read_bytes=32e6, l2_write_bytes=8e6)
+    r = _with_traffic(Measured(planned=meas, unfused=meas.model_copy(update={"dram_read_bytes": 21e6})))
+    rows = whole_traffic.summary([r], held_out=frozenset())
+    # DRAM errors -16.7% (10 vs 12) and -16.7% (20 vs 24): median = p90 = 16.7; reads 8/9 - 1 = -11.1% and 18/21 - 1
+    # = -14.3%: median 12.7; isolated 10 vs 12 and 10 vs 24 (-58.3%); L2 0%
+    assert rows == ["| bundled | 1 | 1 | 16.7 / 16.7 | 12.7 / 14.0 | 37.5 / 54.2 | 0.0 / 0.0 |"]
+    assert whole_traffic.summary([r], held_out=frozenset({r.model})) == [
+        "| held-out | 1 | 1 | 16.7 / 16.7 | 12.7 / 14.0 | 37.5 / 54.2 | 0.0 / 0.0 |"]

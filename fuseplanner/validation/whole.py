@@ -205,7 +205,9 @@ def write(results: Sequence[WholeResult], out: Path) -> tuple[Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
     js, md = out / "whole.json", out / "whole.md"
     js.write_text("[\n" + ",\n".join(r.model_dump_json(indent=1) for r in results) + "\n]\n", encoding="utf-8")
-    traffic = traffic_markdown(results)
+    from fuseplanner.frontend.holdout import holdout_models
+
+    traffic = traffic_markdown(results, frozenset(m.name for m in holdout_models()))
     md.write_text(_summary(results) + "\n" + to_markdown(results) + ("\n" + traffic if traffic else "")
                   + _decisions_section(results), encoding="utf-8")  # fmt: skip
     return js, md

@@ -192,25 +192,60 @@ def rows(results: Sequence) -> list[str]:
             f"{_mb(t.isolated_planned.dram_bytes)} | {_mb(c.unfused.dram_bytes)} | "
             f"{_mb(t.predicted_unfused.dram_bytes)} ({_err(t.predicted_unfused.dram_bytes, c.unfused.dram_bytes)}) | "
             f"{_saved(c.planned, c.unfused):.1f}% | {_saved(t.predicted_planned, t.predicted_unfused):.1f}% | "
+            f"{_mb(c.planned.dram_write_bytes)} / {_mb(c.unfused.dram_write_bytes)} | "
+            f"{_mb(t.predicted_planned.dram_write_bytes)} / {_mb(t.predicted_unfused.dram_write_bytes)} | "
             f"{_mb(c.planned.l2_bytes)} | {_mb(t.predicted_planned.l2_bytes)} "
             f"({_err(t.predicted_planned.l2_bytes, c.planned.l2_bytes)}) | "
             f"{_mb(w.planned.dram_bytes) if w else 'n/a'} |")  # fmt: skip
     return out
 
 
-def to_markdown(results: Sequence) -> str:
-    """The whole-inference traffic table (empty when no result has counters)."""
+def _abs_errors(pairs) -> str:
+    import numpy as np
+
+    e = np.abs([100 * (p / m - 1) for p, m in pairs if m])
+    return f"{np.median(e):.1f} / {np.percentile(e, 90):.1f}" if e.size else "n/a"
+
+
+def summary(results: Sequence, held_out: frozenset[str]) -> list[str]:
+    """Rows per model set and batch: |error| median / p90 (%) of the cold whole-inference DRAM bytes
+    (planned and unfused pooled) predicted in the graph context, of its DRAM reads alone, of the
+    isolated per-kernel sum, and of the L2 bytes."""
+    out = []
+    measured = [r for r in results if r.traffic is not None and r.traffic.cold is not None]
+    for name, keep in (("bundled", lambda m: m not in held_out), ("held-out", lambda m: m in held_out)):
+        for batch in sorted({r.batch for r in measured}):
+            mine = [r for r in measured if keep(r.model) and r.batch == batch]
+            if not mine:
+                continue
+            pairs = [(getattr(r.traffic, f"predicted_{v}"), getattr(r.traffic.cold, v)) for r in mine
+                     for v in VARIANTS]  # fmt: skip
+            iso = [(getattr(r.traffic, f"isolated_{v}").dram_bytes, getattr(r.traffic.cold, v).dram_bytes)
+                   for r in mine for v in VARIANTS]  # fmt: skip
+            out.append(f"| {name} | {batch} | {len(mine)} | {_abs_errors((p.dram_bytes, m.dram_bytes) for p, m in pairs)} | "
+                       f"{_abs_errors((p.dram_read_bytes, m.dram_read_bytes) for p, m in pairs)} | {_abs_errors(iso)} | "
+                       f"{_abs_errors((p.l2_bytes, m.l2_bytes) for p, m in pairs)} |")  # fmt: skip
+    return out
+
+
+def to_markdown(results: Sequence, held_out: frozenset[str] = frozenset()) -> str:
+    """The whole-inference traffic tables: per set and batch, then per result (empty when no result
+    has counters)."""
     body = rows(results)
     if not body:
         return ""
     return "\n".join([
+        "## Whole-inference traffic, |error| median / p90 % (cold replay, planned and unfused pooled)", "",
+        "| set | batch | models | DRAM, graph context | DRAM reads only | DRAM, isolated sum | L2 |",
+        "|---|---|---|---|---|---|---|", *summary(results, held_out), "",
         "## Whole-inference traffic (Nsight Compute over one CUDA-graph replay, MB)", "",
         "Cold: caches flushed before the replay, none between its kernels (what the graph context predicts); "
         "isolated: the per-kernel predictions summed (an L2 flush before every kernel); warm: the replay after "
         "another. L2: bytes the SMs read and wrote.", "",
         "| model | dtype | batch | DRAM planned, cold | predicted (graph) | isolated sum | DRAM unfused, cold | "
-        "predicted (graph) | DRAM saved, measured | predicted | L2 planned | predicted | DRAM planned, warm |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|", *body]) + "\n"  # fmt: skip
+        "predicted (graph) | DRAM saved, measured | predicted | of which writes, planned / unfused | predicted | "
+        "L2 planned | predicted | DRAM planned, warm |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|", *body]) + "\n"  # fmt: skip
 
 
 def _main(argv: Sequence[str]) -> int:
