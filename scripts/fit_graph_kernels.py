@@ -1,7 +1,11 @@
 """Fit the graph context's per-family launch terms (`graph_lbl_kernel_s`, `graph_fused_kernel_s` of a
 spec's fit) to whole CUDA-graph replays.
 
-    python scripts/fit_graph_kernels.py --gpu h100 data/records/h100/whole/*/mobilenet_v1.json.gz ...
+    python scripts/fit_graph_kernels.py --gpu h100 \
+        data/records/h100/whole/{fp32fp32_b1,fp32fp32_b8,fp16fp32_b1,fp32tf32_b1}/mobilenet_v1.json.gz ...
+
+(the bundled spec's values: the six bundled models in those four configurations; the fp16 batch-8
+runs came later and are not in the fit)
 
 Each whole.json (`fuseplanner validate --whole`) is planned again as it was measured (isolated
 context) and unfused; both are predicted whole in the graph context, and the two values are fitted by

@@ -133,6 +133,6 @@ def test_summary_rows_by_set():
     rows = whole_traffic.summary([r], held_out=frozenset())
     # DRAM errors -16.7% (10 vs 12) and -16.7% (20 vs 24): median = p90 = 16.7; reads 8/9 - 1 = -11.1% and 18/21 - 1
     # = -14.3%: median 12.7; isolated 10 vs 12 and 10 vs 24 (-58.3%); L2 0%
-    assert rows == ["| bundled | 1 | 1 | 16.7 / 16.7 | 12.7 / 14.0 | 37.5 / 54.2 | 0.0 / 0.0 |"]
+    assert rows == ["| bundled | fp32/fp32 | 1 | 1 | 16.7 / 16.7 | 12.7 / 14.0 | 37.5 / 54.2 | 0.0 / 0.0 |"]
     assert whole_traffic.summary([r], held_out=frozenset({r.model})) == [
-        "| held-out | 1 | 1 | 16.7 / 16.7 | 12.7 / 14.0 | 37.5 / 54.2 | 0.0 / 0.0 |"]
+        "| held-out | fp32/fp32 | 1 | 1 | 16.7 / 16.7 | 12.7 / 14.0 | 37.5 / 54.2 | 0.0 / 0.0 |"]

@@ -208,21 +208,21 @@ def _abs_errors(pairs) -> str:
 
 
 def summary(results: Sequence, held_out: frozenset[str]) -> list[str]:
-    """Rows per model set and batch: |error| median / p90 (%) of the cold whole-inference DRAM bytes
+    """Rows per model set, dtype/precision and batch: |error| median / p90 (%) of the cold whole-inference DRAM bytes
     (planned and unfused pooled) predicted in the graph context, of its DRAM reads alone, of the
     isolated per-kernel sum, and of the L2 bytes."""
     out = []
     measured = [r for r in results if r.traffic is not None and r.traffic.cold is not None]
     for name, keep in (("bundled", lambda m: m not in held_out), ("held-out", lambda m: m in held_out)):
-        for batch in sorted({r.batch for r in measured}):
-            mine = [r for r in measured if keep(r.model) and r.batch == batch]
+        for mode, batch in sorted({(f"{r.dtype}/{r.precision}", r.batch) for r in measured}):
+            mine = [r for r in measured if keep(r.model) and (f"{r.dtype}/{r.precision}", r.batch) == (mode, batch)]
             if not mine:
                 continue
             pairs = [(getattr(r.traffic, f"predicted_{v}"), getattr(r.traffic.cold, v)) for r in mine
                      for v in VARIANTS]  # fmt: skip
             iso = [(getattr(r.traffic, f"isolated_{v}").dram_bytes, getattr(r.traffic.cold, v).dram_bytes)
                    for r in mine for v in VARIANTS]  # fmt: skip
-            out.append(f"| {name} | {batch} | {len(mine)} | {_abs_errors((p.dram_bytes, m.dram_bytes) for p, m in pairs)} | "
+            out.append(f"| {name} | {mode} | {batch} | {len(mine)} | {_abs_errors((p.dram_bytes, m.dram_bytes) for p, m in pairs)} | "
                        f"{_abs_errors((p.dram_read_bytes, m.dram_read_bytes) for p, m in pairs)} | {_abs_errors(iso)} | "
                        f"{_abs_errors((p.l2_bytes, m.l2_bytes) for p, m in pairs)} |")  # fmt: skip
     return out
@@ -236,8 +236,8 @@ def to_markdown(results: Sequence, held_out: frozenset[str] = frozenset()) -> st
         return ""
     return "\n".join([
         "## Whole-inference traffic, |error| median / p90 % (cold replay, planned and unfused pooled)", "",
-        "| set | batch | models | DRAM, graph context | DRAM reads only | DRAM, isolated sum | L2 |",
-        "|---|---|---|---|---|---|---|", *summary(results, held_out), "",
+        "| set | dtype/precision | batch | models | DRAM, graph context | DRAM reads only | DRAM, isolated sum | L2 |",
+        "|---|---|---|---|---|---|---|---|", *summary(results, held_out), "",
         "## Whole-inference traffic (Nsight Compute over one CUDA-graph replay, MB)", "",
         "Cold: caches flushed before the replay, none between its kernels (what the graph context predicts); "
         "isolated: the per-kernel predictions summed (an L2 flush before every kernel); warm: the replay after "
