@@ -165,13 +165,16 @@ def _folded_bn_target(name: str, shape: tuple[int, ...], uses) -> str | None:
 def _rescale(out: onnx.ModelProto, factors: Mapping[str, float]) -> None:
     for i, t in enumerate(out.graph.initializer):
         if t.name in factors:
-            w = numpy_helper.to_array(t).astype(np.float64) / factors[t.name]
-            out.graph.initializer[i].CopyFrom(numpy_helper.from_array(w.astype(numpy_helper.to_array(t).dtype), t.name))
+            w = numpy_helper.to_array(t)
+            scaled = (w.astype(np.float64) / factors[t.name]).astype(w.dtype)
+            out.graph.initializer[i].CopyFrom(numpy_helper.from_array(scaled, t.name))
 
 
-def materialize(model: onnx.ModelProto, seed: int = 0, base_dir: str | Path | None = None) -> onnx.ModelProto:
+def materialize(model: onnx.ModelProto, seed: int = 0, base_dir: str | Path | None = None,
+                input_shapes=None) -> onnx.ModelProto:  # fmt: skip
     """A copy of `model` with every initializer inline: read from `base_dir` where its external data
-    exists, generated (see the module docstring) where it does not. Runs in onnxruntime as is."""
+    exists, generated (see the module docstring) where it does not. Runs in onnxruntime as is.
+    `input_shapes` serve the calibration run only where the model's own input dims are dynamic."""
     out = copy.deepcopy(model)
     gone = set(missing(out, base_dir))
     uses = _uses(out)
@@ -199,7 +202,7 @@ def materialize(model: onnx.ModelProto, seed: int = 0, base_dir: str | Path | No
     if targets:
         from fuseplanner.run.calibrate_init import calibrate
 
-        _rescale(out, calibrate(out, targets, seed))
+        _rescale(out, calibrate(out, targets, seed, input_shapes))
     return out
 
 
