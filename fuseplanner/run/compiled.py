@@ -186,7 +186,7 @@ def _load_model(model, input_shapes, batch, seed: int):
     from fuseplanner.run.weights import materialize
 
     proto, name, path = read_model(model)
-    full = materialize(proto, seed, Path(path).parent if path else None)
+    full = materialize(proto, seed, Path(path).parent if path else None, input_shapes)
     prepared = prepare(full, input_shapes, batch)
     return prepared, build_graph(GraphView(prepared), name, path), name
 

@@ -9,12 +9,18 @@ generated, seeded, at the exporter's own initialisation scale:
 - Gemm weights (torchvision classifiers): normal(0, 0.01), bias zero; MatMul weights and the bias Add
   after them (timm / torch Linear): uniform(+-1/sqrt(fan_in));
 - BatchNormalization: gamma ~ 1 + 0.1 N, beta ~ 0.1 N, running_mean ~ 0.1 s N, running_var ~ s^2 U(0.5, 1.5)
-  where s is the expected output scale of the conv feeding it (sqrt(fan_in) * weight std), as a trained
-  BN's statistics track its input; a generated conv weight with no BN after it (the exporter folded BN
-  into the conv) gets such a BN folded in (scale only), so activations stay near unit scale;
+  where s is the conv's output scale for a unit-variance input (sqrt(fan_in) * weight std);
+- a generated conv weight with no BN after it (the exporter folded BN into the conv) gets such a BN's
+  scale gamma / sqrt(running_var) folded in, and then, since that only undoes the conv's own gain and
+  not the shrinking of its real input (SiLU, squeeze-excitation gates), a data-driven rescale
+  (`fuseplanner.run.calibrate_init`, LSUV-style): the model runs once in float32 on a seeded
+  standard-normal input and each such weight is divided by one scalar so that its conv's output
+  (bias excluded) has RMS 1 on that input, as a trained BN normalises its real input. Nothing is
+  calibrated when no such weight was generated (every user weight is read, never rescaled);
 - LayerNormalization scale 1 + 0.1 N, bias 0.1 N; anything else normal(0, 0.02).
 
-Each tensor's values depend only on (seed, tensor name). Users bring trained models: nothing here
+Each tensor's values depend only on (seed, tensor name) and, for the calibrated conv weights, on the
+model's structure and its other weights. Users bring trained models: nothing here
 assumes anything about real weight values; generation only fills tensors that do not exist.
 
 `fold(view, values, op)` gives one planned op's (weight, bias) in ONNX layout, float32: the conv or
@@ -148,13 +154,32 @@ def _generate(name: str, shape: tuple[int, ...], uses, model, shapes, seed: int)
     return 0.02 * rng.standard_normal(shape)
 
 
-def materialize(model: onnx.ModelProto, seed: int = 0, base_dir: str | Path | None = None) -> onnx.ModelProto:
+def _folded_bn_target(name: str, shape: tuple[int, ...], uses) -> str | None:
+    """The output tensor of the conv whose generated weight `name` got a folded BN scale, else None."""
+    node, pos = (uses.get(name) or [(None, -1)])[0]
+    if node is None or node.op_type != "Conv" or pos != 1 or len(shape) != 4 or _bn_after(uses, node) is not None:
+        return None
+    return node.output[0]
+
+
+def _rescale(out: onnx.ModelProto, factors: Mapping[str, float]) -> None:
+    for i, t in enumerate(out.graph.initializer):
+        if t.name in factors:
+            w = numpy_helper.to_array(t)
+            scaled = (w.astype(np.float64) / factors[t.name]).astype(w.dtype)
+            out.graph.initializer[i].CopyFrom(numpy_helper.from_array(scaled, t.name))
+
+
+def materialize(model: onnx.ModelProto, seed: int = 0, base_dir: str | Path | None = None,
+                input_shapes=None) -> onnx.ModelProto:  # fmt: skip
     """A copy of `model` with every initializer inline: read from `base_dir` where its external data
-    exists, generated (see the module docstring) where it does not. Runs in onnxruntime as is."""
+    exists, generated (see the module docstring) where it does not. Runs in onnxruntime as is.
+    `input_shapes` serve the calibration run only where the model's own input dims are dynamic."""
     out = copy.deepcopy(model)
     gone = set(missing(out, base_dir))
     uses = _uses(out)
     shapes = {t.name: tuple(int(d) for d in t.dims) for t in out.graph.initializer}
+    targets: dict[str, str] = {}
     for i, t in enumerate(out.graph.initializer):
         if _location(t) is None:
             continue
@@ -171,6 +196,13 @@ def materialize(model: onnx.ModelProto, seed: int = 0, base_dir: str | Path | No
         values = _generate(t.name, shapes[t.name], uses, out, shapes, seed)
         dt = onnx.helper.tensor_dtype_to_np_dtype(t.data_type)
         out.graph.initializer[i].CopyFrom(numpy_helper.from_array(values.astype(dt), t.name))
+        conv_out = _folded_bn_target(t.name, shapes[t.name], uses)
+        if conv_out is not None:
+            targets[conv_out] = t.name
+    if targets:
+        from fuseplanner.run.calibrate_init import calibrate
+
+        _rescale(out, calibrate(out, targets, seed, input_shapes))
     return out
 
 
