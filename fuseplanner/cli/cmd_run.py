@@ -23,7 +23,8 @@ def register(subparsers) -> None:
         description="Compile the model as planned (fused groups and planned layers on fuseplanner's kernels, "
         "every other node in the operator library), run it, and optionally check its outputs against "
         "onnxruntime (relative L2 error per output, max over outputs) and time CUDA-graph replays. "
-        "Structure-only models run with seeded weights at the exporter's initialisation scale.",
+        "Structure-only models run with seeded weights at the exporter's initialisation scale "
+        "(folded-BN convs scaled on one seeded run).",
     )
     add_model_arguments(p)
     p.add_argument("--gpu", default="auto", metavar="auto|NAME", help="GPU spec (default auto: this GPU)")
@@ -40,7 +41,8 @@ def register(subparsers) -> None:
                    help="time every step in stream mode (CUDA events) and print the N slowest, plus totals by kind")
     p.add_argument("--replays", type=positive_int, default=200, metavar="N", help="replays for --bench (default 200)")
     p.add_argument("--device", choices=("gpu", "cpu"), default="gpu",
-                   help="gpu (default) or cpu (NumPy, planned kernels by the float64 reference)")
+                   help="gpu (default) or cpu (NumPy, planned kernels by the float64 reference, TF32 operands rounded "
+                   "with --precision tf32)")
     p.add_argument("--seed", type=int, default=0, help="seed of generated weights and inputs (default 0)")
     p.set_defaults(func=run)
 

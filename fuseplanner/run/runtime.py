@@ -83,7 +83,7 @@ def _kernel_runner(xp, step: KernelStep, views, program: Program, gpu: bool):
     from fuseplanner.validation.reference import reference
 
     def run() -> None:
-        out[...] = reference(step.kind, step.ops, x, step.params, res).astype(out.dtype)
+        out[...] = reference(step.kind, step.ops, x, step.params, res, program.precision).astype(out.dtype)
 
     return run
 

@@ -74,7 +74,16 @@ def linear(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return x @ w.reshape(w.shape[0], -1).T
 
 
-def _apply(op: Op, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+def tf32_round(a) -> np.ndarray:
+    """`a` rounded to TF32 (10 mantissa bits, to nearest, ties away from zero: cvt.rna.tf32.f32), as
+    float64: what the TF32 kernels multiply (weights rounded on the host, activations as loaded)."""
+    bits = np.asarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x1000) & 0xFFFFE000).astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def _apply(op: Op, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, precision: str = "fp32") -> np.ndarray:
+    if precision == "tf32" and op.kind in ("pw", "linear"):  # the tensor-core GEMMs; depthwise stays fp32
+        x, w = tf32_round(x), tf32_round(w)
     if op.kind == "linear":
         y = linear(x, w)
         if b is not None:
@@ -86,8 +95,9 @@ def _apply(op: Op, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.nda
     return activation(op, y)
 
 
-def reference(kind: str, ops: Sequence[Op], x, params, residual=None) -> np.ndarray:
-    """Float64 output of kernel `kind` over `ops` for input `x` and per-op `(weight, bias)` params.
+def reference(kind: str, ops: Sequence[Op], x, params, residual=None, precision: str = "fp32") -> np.ndarray:
+    """Float64 output of kernel `kind` over `ops` for input `x` and per-op `(weight, bias)` params;
+    `precision` "tf32" rounds each pointwise/linear op's input and weights to TF32 first (`tf32_round`).
 
     Arrays may be NumPy or anything `np.asarray` accepts (CuPy arrays: pass `.get()`).
     """
@@ -95,7 +105,8 @@ def reference(kind: str, ops: Sequence[Op], x, params, residual=None) -> np.ndar
         raise PlanError(f"params must hold one (weight, bias) pair per op: got {len(params)} for {len(ops)}")
     y = np.asarray(x, dtype=np.float64)
     for op, (w, b) in zip(ops, params, strict=True):
-        y = _apply(op, y, np.asarray(w, dtype=np.float64), None if b is None else np.asarray(b, dtype=np.float64))
+        y = _apply(op, y, np.asarray(w, dtype=np.float64), None if b is None else np.asarray(b, dtype=np.float64),
+                   precision)  # fmt: skip
     if residual is not None:
         y = y + np.asarray(residual, dtype=np.float64)
     return y

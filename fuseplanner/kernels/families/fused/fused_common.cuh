@@ -1,7 +1,8 @@
 // Building blocks of the fused DW/PW kernels (fused_*.cu): per-member activations, and a block-level
 // GEMM on shared memory, C[m][n] = sum_k At[k][m] * B[k][n], with three back ends chosen by PREC:
 //   PREC 0: exact fp32 FMA, each thread owns a GM x GN register micro-tile (float4 shared loads);
-//   PREC 1: TF32 tensor cores (mma.sync m16n8k8), operands rounded to TF32 when staged;
+//   PREC 1: TF32 tensor cores (mma.sync m16n8k8), weights rounded to TF32 on the host, activations
+//           rounded (cvt.rna) as the B fragments are loaded (cp.async stages the input raw);
 //   PREC 2: fp16 tensor cores (mma.sync m16n8k16, ldmatrix.trans), fp32 accumulation.
 // Shared-memory operand layout (all back ends): At[K][LDA] (weights, transposed: m contiguous) and
 // B[K][LDB] (activations: channel-major, pixels contiguous), LDA/LDB multiples of 8 elements and
@@ -148,10 +149,10 @@ struct AccTile {
                 af[i][3] = __float_as_uint(p[4 * LDA + 8]);
             }
 #pragma unroll
-            for (int j = 0; j < NI; ++j) {
-                const float* q = b + k * LDB + j * 8;
-                bf[j][0] = __float_as_uint(q[0]);
-                bf[j][1] = __float_as_uint(q[4 * LDB]);
+            for (int j = 0; j < NI; ++j) {  // activations: cp.async copies them raw, so round here
+                const float* q = b + k * LDB + j * 8;  // (the tensor cores would truncate the low bits)
+                bf[j][0] = f2tf32(q[0]);
+                bf[j][1] = f2tf32(q[4 * LDB]);
             }
 #pragma unroll
             for (int i = 0; i < MI; ++i)
