@@ -61,6 +61,11 @@ class CompiledModel:
         self._graph = self._stream = self._pool = self._io = None
         self._in_plan, self._out_plan = _copy_plan(program, bound, xp)
 
+    @property
+    def memory_plan(self):
+        """The activation arena's static memory plan (`run.memory.MemoryPlan`): each tensor's offset."""
+        return self._bound.memory
+
     # ---- inputs and outputs -----------------------------------------------------------------------
     @property
     def input_names(self) -> tuple[str, ...]:
