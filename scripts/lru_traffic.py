@@ -25,6 +25,8 @@ def main(argv=None) -> int:
     ap.add_argument("records", nargs="+", help="whole.json(.gz) files of `validate --whole` with counters")
     ap.add_argument("--gpu", default="h100", help="bundled GPU spec the runs were measured on (default h100)")
     ap.add_argument("--line-bytes", type=int, default=None, help="simulated L2 line (default 4096)")
+    ap.add_argument("--capacity-mb", type=float, default=None,
+                    help="simulated L2 capacity in MB (default the spec's l2_bytes x l2_usable_fraction)")
     args = ap.parse_args(argv)
     from fuseplanner.frontend.holdout import holdout_models
     from fuseplanner.hw.spec import gpu
@@ -37,12 +39,13 @@ def main(argv=None) -> int:
         results = [r for path in args.records for r in read(path) if r.traffic is not None and r.traffic.cold]
         if not results:
             raise whole_lru.PlanError("none of the records has whole-inference counters")
-        rows = [whole_lru.evaluate(r, spec, line_bytes=line) for r in results]
+        capacity = args.capacity_mb * 1e6 if args.capacity_mb else spec.hw.l2_bytes * spec.hw.l2_usable_fraction
+        rows = [whole_lru.evaluate(r, spec, line_bytes=line, capacity_bytes=capacity) for r in results]
         held_out = frozenset(m.name for m in holdout_models())
     except FusePlannerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"LRU L2 of {spec.hw.l2_bytes * spec.hw.l2_usable_fraction / 1e6:.1f} MB in {line}-byte lines; "
+    print(f"LRU L2 of {capacity / 1e6:.1f} MB in {line}-byte lines; "
           "DRAM MB, errors are simulated or predicted / measured - 1 (total of read and write)\n")
     print("\n".join(whole_lru.table(rows)) + "\n")
     print("|error| median / p90 % of total cold DRAM, planned and unfused pooled\n")
