@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 
 from fuseplanner.core.errors import ModelError
-from fuseplanner.frontend.shapes import prepare
+from fuseplanner.frontend.shapes import default_opset, prepare
 from fuseplanner.frontend.view import GraphView
 from fuseplanner.run.constants import fold_constants
 
@@ -47,16 +47,13 @@ def _inputs(view: GraphView, seed: int) -> dict[str, np.ndarray]:
     return out
 
 
-def _opset(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 18)
-
-
-def _run_node(view: GraphView, index: int, env: dict[str, np.ndarray], consts: Mapping, ops) -> list[np.ndarray]:
+def _run_node(view: GraphView, index: int, env: dict[str, np.ndarray], consts: Mapping, ops,
+              opset: int) -> list[np.ndarray]:  # fmt: skip
     node = view.nodes[index]
     outs = [o for o in node.output if o]
     shapes = {t: view.shape(t) for t in (*node.input, *outs) if t}
     dtypes = {t: np.dtype(onnx.helper.tensor_dtype_to_np_dtype(view.elem_type(t))) for t in shapes}
-    lib = ops.Node.from_onnx(node, shapes, dtypes, consts, _opset(view.model))
+    lib = ops.Node.from_onnx(node, shapes, dtypes, consts, opset)
     kernel = ops.prepare(np, lib)
     results = [np.empty(s, d) for s, d in zip(lib.output_shapes, lib.output_dtypes, strict=True)]
     kernel([env.get(t) if t else None for t in node.input], results)
@@ -90,9 +87,10 @@ def _measure(view: GraphView, targets: Mapping[str, str], seed: int) -> dict[str
     env: dict[str, np.ndarray] = dict(consts)
     env.update(_inputs(view, seed))
     factors: dict[str, float] = {}
+    opset = default_opset(view.model)
     for index in view.compute:
         node = view.nodes[index]
-        results = _run_node(view, index, env, consts, ops)
+        results = _run_node(view, index, env, consts, ops, opset)
         if node.op_type == "Conv" and node.output[0] in targets:
             bias = env.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
             r = _factor(results[0], bias)

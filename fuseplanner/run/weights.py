@@ -132,7 +132,7 @@ def _generate(name: str, shape: tuple[int, ...], uses, model, shapes, seed: int)
     if op == "Conv" and pos == 1 and len(shape) == 4:
         std, scale = _conv_scale(shape)
         w = std * rng.standard_normal(shape)
-        if _bn_after(uses, node) is None:  # BN folded by the exporter: fold a generated one in
+        if _folded_bn_target(name, shape, uses) is not None:  # BN folded by the exporter: fold a generated one in
             w *= (_bn_param(1, shape[0], scale, rng) / np.sqrt(_bn_param(4, shape[0], scale, rng)))[:, None, None, None]
         return w
     if op == "BatchNormalization" and pos in (1, 2, 3, 4):

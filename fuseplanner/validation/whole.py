@@ -193,22 +193,17 @@ def to_markdown(results: Sequence[WholeResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _summary(results: Sequence[WholeResult]) -> str:
-    from fuseplanner.frontend.holdout import holdout_models
-    from fuseplanner.validation.whole_summary import to_markdown as summary_markdown
-
-    return summary_markdown(results, frozenset(m.name for m in holdout_models()))
-
-
 def write(results: Sequence[WholeResult], out: Path) -> tuple[Path, Path]:
     """whole.json (a list of results) and whole.md in folder `out`."""
     out.mkdir(parents=True, exist_ok=True)
     js, md = out / "whole.json", out / "whole.md"
     js.write_text("[\n" + ",\n".join(r.model_dump_json(indent=1) for r in results) + "\n]\n", encoding="utf-8")
     from fuseplanner.frontend.holdout import holdout_models
+    from fuseplanner.validation.whole_summary import to_markdown as summary_markdown
 
-    traffic = traffic_markdown(results, frozenset(m.name for m in holdout_models()))
-    md.write_text(_summary(results) + "\n" + to_markdown(results) + ("\n" + traffic if traffic else "")
+    held_out = frozenset(m.name for m in holdout_models())
+    traffic = traffic_markdown(results, held_out)
+    md.write_text(summary_markdown(results, held_out) + "\n" + to_markdown(results) + ("\n" + traffic if traffic else "")
                   + _decisions_section(results), encoding="utf-8")  # fmt: skip
     return js, md
 

@@ -241,20 +241,17 @@ def table(rows: Sequence[LruRow]) -> list[str]:
     return out
 
 
-def _abs_err(rows: Sequence[LruRow], which: str) -> str:
-    e = [abs(100 * (sum(getattr(r, which)[v]) / sum(r.measured[v]) - 1)) for r in rows for v in r.lru
-         if sum(r.measured[v])]  # fmt: skip
-    return f"{np.median(e):.1f} / {np.percentile(e, 90):.1f}" if e else "n/a"
+def _errors(rows: Sequence[LruRow], which: str) -> list[float]:
+    return [sum(getattr(r, which)[v]) / sum(r.measured[v]) - 1 for r in rows for v in r.lru if sum(r.measured[v])]
 
 
 def summary(rows: Sequence[LruRow], held_out: frozenset[str]) -> list[str]:
     """Markdown: |error| median / p90 (%) of total cold DRAM bytes, planned and unfused pooled, per model
     set, dtype/precision and batch: the LRU simulation beside the graph context."""
+    from fuseplanner.validation.whole_summary import abs_stats, by_set
+
     out = ["| set | dtype/precision | batch | models | DRAM, LRU | DRAM, graph context |", "|---|---|---|---|---|---|"]
-    for name, keep in (("bundled", False), ("held-out", True)):
-        for mode, batch in sorted({(f"{r.dtype}/{r.precision}", r.batch) for r in rows}):
-            mine = [r for r in rows if (r.model in held_out) == keep and (f"{r.dtype}/{r.precision}", r.batch) == (mode, batch)]
-            if mine:
-                out.append(f"| {name} | {mode} | {batch} | {len(mine)} | {_abs_err(mine, 'lru')} | "
-                           f"{_abs_err(mine, 'predicted')} |")  # fmt: skip
+    for name, mode, batch, mine in by_set(rows, held_out):
+        out.append(f"| {name} | {mode} | {batch} | {len(mine)} | {abs_stats(_errors(mine, 'lru'))} | "
+                   f"{abs_stats(_errors(mine, 'predicted'))} |")  # fmt: skip
     return out

@@ -11,7 +11,7 @@ and of the operator library's steps. The set is "held-out" for the models of `mo
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -26,11 +26,22 @@ def model_set(model: str, held_out: frozenset[str]) -> str:
     return "held-out" if model in held_out else "bundled"
 
 
-def _stats(values: list[float]) -> str:
-    if not values:
+def abs_stats(values: Sequence[float]) -> str:
+    """Signed fractional errors as "median / p90" of their absolute values in percent ("n/a" for none)."""
+    if not len(values):
         return "n/a"
     a = 100 * np.abs(np.asarray(values))
     return f"{np.median(a):.1f} / {np.percentile(a, 90):.1f}"
+
+
+def by_set(items: Iterable, held_out: frozenset[str]) -> Iterator[tuple[str, str, int, list]]:
+    """(set, "dtype/precision", batch, items) for each group of `items` (anything with model, dtype,
+    precision and batch), bundled before held-out, then by mode and batch."""
+    groups: dict[tuple[str, str, int], list] = defaultdict(list)
+    for r in items:
+        groups[(model_set(r.model, held_out), f"{r.dtype}/{r.precision}", r.batch)].append(r)
+    for key in sorted(groups):
+        yield (*key, groups[key])
 
 
 def summary_rows(results: Sequence, held_out: frozenset[str]) -> list[tuple[str, ...]]:
@@ -48,8 +59,8 @@ def summary_rows(results: Sequence, held_out: frozenset[str]) -> list[tuple[str,
         within = sum(abs(r.saving_gap_points) <= SAVING_GAP_POINTS for r in rs)
         own = [s.error for r in rs for s in r.steps if s.error is not None and s.kind in _OWN]
         lib = [s.error for r in rs for s in r.steps if s.error is not None and s.kind not in _OWN]
-        rows.append((kind, mode, batch, str(len(rs)), _stats(e2e), f"{within} of {len(rs)}", _stats(own),
-                     _stats(lib)))  # fmt: skip
+        rows.append((kind, mode, batch, str(len(rs)), abs_stats(e2e), f"{within} of {len(rs)}", abs_stats(own),
+                     abs_stats(lib)))  # fmt: skip
     return rows
 
 

@@ -200,31 +200,26 @@ def rows(results: Sequence) -> list[str]:
     return out
 
 
-def _abs_errors(pairs) -> str:
-    import numpy as np
-
-    e = np.abs([100 * (p / m - 1) for p, m in pairs if m])
-    return f"{np.median(e):.1f} / {np.percentile(e, 90):.1f}" if e.size else "n/a"
+def _errors(pairs) -> list[float]:
+    return [p / m - 1 for p, m in pairs if m]
 
 
 def summary(results: Sequence, held_out: frozenset[str]) -> list[str]:
     """Rows per model set, dtype/precision and batch: |error| median / p90 (%) of the cold whole-inference DRAM bytes
     (planned and unfused pooled) predicted in the graph context, of its DRAM reads alone, of the
     isolated per-kernel sum, and of the L2 bytes."""
+    from fuseplanner.validation.whole_summary import abs_stats, by_set
+
     out = []
     measured = [r for r in results if r.traffic is not None and r.traffic.cold is not None]
-    for name, keep in (("bundled", lambda m: m not in held_out), ("held-out", lambda m: m in held_out)):
-        for mode, batch in sorted({(f"{r.dtype}/{r.precision}", r.batch) for r in measured}):
-            mine = [r for r in measured if keep(r.model) and (f"{r.dtype}/{r.precision}", r.batch) == (mode, batch)]
-            if not mine:
-                continue
-            pairs = [(getattr(r.traffic, f"predicted_{v}"), getattr(r.traffic.cold, v)) for r in mine
-                     for v in VARIANTS]  # fmt: skip
-            iso = [(getattr(r.traffic, f"isolated_{v}").dram_bytes, getattr(r.traffic.cold, v).dram_bytes)
-                   for r in mine for v in VARIANTS]  # fmt: skip
-            out.append(f"| {name} | {mode} | {batch} | {len(mine)} | {_abs_errors((p.dram_bytes, m.dram_bytes) for p, m in pairs)} | "
-                       f"{_abs_errors((p.dram_read_bytes, m.dram_read_bytes) for p, m in pairs)} | {_abs_errors(iso)} | "
-                       f"{_abs_errors((p.l2_bytes, m.l2_bytes) for p, m in pairs)} |")  # fmt: skip
+    for name, mode, batch, mine in by_set(measured, held_out):
+        pairs = [(getattr(r.traffic, f"predicted_{v}"), getattr(r.traffic.cold, v)) for r in mine for v in VARIANTS]
+        iso = [(getattr(r.traffic, f"isolated_{v}").dram_bytes, getattr(r.traffic.cold, v).dram_bytes)
+               for r in mine for v in VARIANTS]  # fmt: skip
+        out.append(f"| {name} | {mode} | {batch} | {len(mine)} | "
+                   f"{abs_stats(_errors((p.dram_bytes, m.dram_bytes) for p, m in pairs))} | "
+                   f"{abs_stats(_errors((p.dram_read_bytes, m.dram_read_bytes) for p, m in pairs))} | "
+                   f"{abs_stats(_errors(iso))} | {abs_stats(_errors((p.l2_bytes, m.l2_bytes) for p, m in pairs))} |")  # fmt: skip
     return out
 
 
