@@ -61,6 +61,23 @@ def test_batch_8_records_replay_with_the_batch_they_ran_at():
             fit.predict(spec, s)
 
 
+def test_records_of_unfolded_patch_sequences_replay_at_the_size_they_ran():
+    # MobileViT's transformer linears run over batch x 4 patch-pixel sequences (Op.images). Records
+    # saved before ops counted images were measured with the leading dimension set to the batch:
+    # batch 8 -> (8, 256, 64), 2 x 8 x 256 x 64 x 192 = 50,331,648 FLOPs for the qkv projection,
+    # a quarter of the (32, 256, 64) the model runs. Their saved FLOPs say so and they replay at that size.
+    path = RECORDS / "fit" / "mobilevit_xxs-fp32-b8-sweep.json.gz"
+    rec = next(r for r in report.load_results(path).records if r.nodes == ("node_MatMul_225",) and r.role == "layer")
+    graph = fit.results_graph(path, "mobilevit_xxs", 8, {})
+    (step,) = fit.record_steps(rec, graph, 8)
+    assert rec.flops == 2 * 8 * 256 * 64 * 192 == 50_331_648
+    assert step.ops[0].in_shape == (8, 256, 64) and step.ops[0].flops == rec.flops
+    assert graph.op("node_MatMul_225").in_shape == (32, 256, 64)  # what the model runs
+    # a record of the model's own size is rebuilt as it is
+    now = rec.model_copy(update={"flops": 4.0 * rec.flops})
+    assert fit.record_steps(now, graph, 8)[0].ops[0].in_shape == (32, 256, 64)
+
+
 def test_decision_pairs_match_group_and_unfused_records(samples):
     pairs = fit.decision_pairs(samples)
     assert pairs

@@ -93,7 +93,17 @@ def test_mobilevit_linear_layers():
     lin = [op for op in g if op.kind == "linear"]
     # first transformer: 2x2 patches of a 32x32 map -> 4 sequences of 256 tokens of width 64; qkv = 3 x 64
     assert lin[0].in_shape == (4, 256, 64) and lin[0].out_shape == (4, 256, 192)
-    assert lin[0].c_in == 64 and lin[0].c_out == 192 and lin[0].hw_in == (256, 1)
+    # one image holds the 4 sequences: 1024 tokens per image, which the kernels take as (1, 1024, 64)
+    assert lin[0].images == 1 and lin[0].batch == 1
+    assert lin[0].c_in == 64 and lin[0].c_out == 192 and lin[0].hw_in == (1024, 1)
+    assert lin[0].kernel_shape(lin[0].in_shape) == (1, 1024, 64)
+    # FLOPs 2 x 1024 tokens x 64 x 192 = 25,165,824 per image; batch 8 = 32 sequences, 8 x the FLOPs
+    at8 = lin[0].with_batch(8)
+    assert lin[0].flops == 2 * 1024 * 64 * 192 == 25_165_824
+    assert at8.in_shape == (32, 256, 64) and at8.out_shape == (32, 256, 192) and at8.batch == 8
+    assert at8.flops == 8 * 25_165_824 and at8.hw_in == (1024, 1)
+    # loaded at batch 8 the same op holds the same shapes (shape inference at 8, not a rescale)
+    assert _load("mobilevit_xxs", batch=8).op(lin[0].name).in_shape == at8.in_shape
     widths = Counter(op.c_in for op in lin[:-1] if op.c_out == 3 * op.c_in)
     assert widths == {64: 2, 80: 4, 96: 3}  # transformer depths 2, 4, 3
     assert lin[-1].op_type == "Gemm" and lin[-1].out_shape == (1, 1000)

@@ -90,6 +90,10 @@ class Op:
     input_bytes: int = 0
     output_bytes: int = 0
     weight_bytes: int = 0
+    #: the model batch, set when an activation's leading dimension is not that batch (a ViT
+    #: hybrid's unfolded patches run as batch x patch-pixel sequences); 0: the leading dimension is
+    #: the batch
+    images: int = 0
 
     # ---- shape views -------------------------------------------------------------------------
     @property
@@ -106,7 +110,10 @@ class Op:
 
     @property
     def batch(self) -> int:
-        """Images (convs) or sequences (linear) in the input's leading dimension."""
+        """Images of the model batch this op's shapes hold: `images` when set, else the input's
+        leading dimension (convs; linear ops over 3-D or wider token tensors; 1 for a 2-D linear)."""
+        if self.images:
+            return self.images
         s = self.in_shape
         if self.kind == "linear":
             return s[0] if len(s) >= 3 else 1
@@ -125,18 +132,25 @@ class Op:
     def _spatial(self, s: tuple[int, ...]) -> tuple[int, int]:
         if self.kind == "linear":
             if len(s) >= 3:
-                return (math.prod(s[1:-1]), 1)
+                return (math.prod(s[:-1]) // max(1, self.batch), 1)
             return (s[0] if len(s) == 2 else 1, 1)
         return (s[2], s[3]) if len(s) == 4 else (1, 1)
 
+    def kernel_shape(self, s: tuple[int, ...]) -> tuple[int, ...]:
+        """`s` (this op's input or output shape) as fuseplanner's kernels take it: a linear op's
+        3-D or wider tokens as (images, tokens per image, channels); any other shape unchanged."""
+        if self.kind == "linear" and len(s) >= 3:
+            return (self.batch, self._spatial(s)[0], s[-1])
+        return s
+
     @property
     def hw_in(self) -> tuple[int, int]:
-        """(H, W) of the input; for linear (tokens per sequence, 1)."""
+        """(H, W) of the input; for linear (tokens per image, 1)."""
         return self._spatial(self.in_shape)
 
     @property
     def hw_out(self) -> tuple[int, int]:
-        """(H, W) of the output; for linear (tokens per sequence, 1)."""
+        """(H, W) of the output; for linear (tokens per image, 1)."""
         return self._spatial(self.out_shape)
 
     @property
@@ -145,15 +159,19 @@ class Op:
         return self.c_out // self.c_in if self.kind == "dw" and self.c_in else 1
 
     def with_batch(self, batch: int) -> Op:
-        """The same op with its leading (batch) dimension set to `batch`; bytes and FLOPs rescaled."""
+        """The same op for a model batch of `batch` images; bytes and FLOPs rescaled. The leading
+        dimension becomes `batch`, or with `images` set, `batch` x its sequences per image."""
         old = self.batch
         if batch == old:
             return self
 
         def fix(shape: tuple[int, ...]) -> tuple[int, ...]:
-            if self.kind == "linear" and len(shape) < 3:
+            if not shape or (self.kind == "linear" and len(shape) < 3):
                 return shape
-            return (batch, *shape[1:]) if shape else shape
+            if self.images and len(shape) >= 3:  # sequences per image kept; another leading dim stays
+                lead = shape[0]
+                return (lead // self.images * batch, *shape[1:]) if lead % self.images == 0 else shape
+            return (batch, *shape[1:])
 
         scale = batch / old if old else 1.0
         return replace(
@@ -163,6 +181,7 @@ class Op:
             flops=int(round(self.flops * scale)),
             input_bytes=int(round(self.input_bytes * scale)),
             output_bytes=int(round(self.output_bytes * scale)),
+            images=batch if self.images else 0,
         )
 
 

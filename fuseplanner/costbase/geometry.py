@@ -1,8 +1,9 @@
 """Per-image geometry of an op as plain integers, the form the cost formulas use.
 
 Batch is not taken from the op's shapes: every cost function gets it explicitly. For `linear` the
-"map" is tokens x 1 (H = tokens per sequence, W = 1) and the tensor layout is token-major
-(..., C); convolutions are NCHW.
+"map" is tokens x 1 (H = tokens per image, `Op.hw_in`, W = 1: a ViT hybrid's patch-pixel
+sequences of one image count together) and the tensor layout is token-major (..., C); convolutions
+are NCHW.
 """
 
 from __future__ import annotations

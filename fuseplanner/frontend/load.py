@@ -13,6 +13,7 @@ import gzip
 import math
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
@@ -208,6 +209,34 @@ def _tensor_info(view: GraphView, name: str, shape: tuple[int, ...]) -> TensorIn
     return TensorInfo(name=name, shape=tuple(shape), dtype=dtype, itemsize=itemsize)
 
 
+def _model_batch(ops: list[Op], view: GraphView) -> int:
+    """The batch the shapes were inferred at: the leading dimension of the first conv, else of the
+    first activation input."""
+    for op in ops:
+        if op.is_conv and op.in_shape:
+            return op.in_shape[0]
+    for v in activation_inputs(view.model):
+        dims = v.type.tensor_type.shape.dim
+        if dims and dims[0].dim_value:
+            return dims[0].dim_value
+    return 0
+
+
+def _with_images(ops: list[Op], view: GraphView) -> list[Op]:
+    """Ops with an activation (rank 3 or more) whose leading dimension is not the model batch (a ViT
+    hybrid's patches unfolded into sequences, a stacked q/k/v) record the batch as `images`, so that
+    `Op.batch` and `Op.with_batch` count images, not sequences."""
+    b = _model_batch(ops, view)
+    if b < 1:
+        return ops
+
+    def folds(op: Op) -> bool:
+        lead = [s[0] for s in (*op.input_shapes, *op.output_shapes) if len(s) >= 3]
+        return any(d != b for d in lead)
+
+    return [replace(op, images=b) if folds(op) else op for op in ops]
+
+
 def build_graph(view: GraphView, name: str, source: str = "") -> ModelGraph:
     """The `ModelGraph` of a shape-inferred model view."""
     absorbed: set[int] = set()
@@ -221,6 +250,7 @@ def build_graph(view: GraphView, name: str, source: str = "") -> ModelGraph:
         op, eaten = _to_op(fields_, view)
         absorbed |= eaten
         ops.append(op)
+    ops = _with_images(ops, view)
     graph = nx.DiGraph()
     producer: dict[str, str] = {}
     tensors: dict[str, TensorInfo] = {}

@@ -70,9 +70,10 @@ def _views(xp, program: Program, memory: MemoryPlan):
 
 
 def _kernel_runner(xp, step: KernelStep, views, program: Program, gpu: bool):
-    x = views[step.input]
-    res = views[step.residual] if step.residual else None
-    out = views[step.output]
+    first, last = step.ops[0], step.ops[-1]
+    x = views[step.input].reshape(first.kernel_shape(first.in_shape))  # linear tokens as (images, tokens, C)
+    res = views[step.residual].reshape(last.kernel_shape(last.out_shape)) if step.residual else None
+    out = views[step.output].reshape(last.kernel_shape(last.out_shape))
     if gpu:
         from fuseplanner import kernels
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import datetime
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -118,9 +118,23 @@ class Fit:
                 "before": self.before, "after": self.after}  # fmt: skip
 
 
+def _as_measured(ops: list, rec: Record, batch: int) -> list:
+    """`ops` as `rec` measured them. Records of ops whose leading dimension is not the batch (`Op.images`)
+    saved before ops counted images were measured with that dimension set to the batch: their FLOPs
+    say so, and those ops are rebuilt the same way."""
+    if not rec.flops or not any(op.images for op in ops):
+        return ops
+    legacy = [replace(op, images=0).with_batch(batch) for op in ops]
+
+    def gap(cand) -> float:
+        return abs(math.log(max(1, sum(op.flops for op in cand)) / rec.flops))
+
+    return legacy if gap(legacy) < gap(ops) else ops
+
+
 def record_steps(rec: Record, graph, batch: int) -> tuple[Step, ...]:
     """The launches of a saved record (its nodes in `graph` at `batch`, its tiles and step kinds)."""
-    ops = [graph.op(n).with_batch(batch) for n in rec.nodes]
+    ops = _as_measured([graph.op(n).with_batch(batch) for n in rec.nodes], rec, batch)
     kinds = rec.step_kinds
     if len(kinds) == 1:
         return (Step(kinds[0], tuple(ops), rec.tiles[0], rec.residual),)

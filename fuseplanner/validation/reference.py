@@ -132,6 +132,8 @@ def random_params(ops: Sequence[Op], rng: np.random.Generator, bias: bool = True
 
 
 def random_input(op: Op, batch: int, rng: np.random.Generator) -> np.ndarray:
-    """A float32 standard-normal input of `op` with leading dimension `batch`."""
-    shape = op.with_batch(batch).in_shape
+    """A float32 standard-normal input of `op` for a batch of `batch` images, shaped as the kernels
+    take it (`Op.kernel_shape`)."""
+    at = op.with_batch(batch)
+    shape = at.kernel_shape(at.in_shape)
     return rng.standard_normal(shape).astype(np.float32)

@@ -344,7 +344,8 @@ def make_case(item: Item, ctx: Context, seed: int):
     params = [(w.astype(st).astype(np.float32), b) for w, b in reference.random_params(item.ops, rng)]
     res = None
     if item.residual:
-        shape = item.ops[-1].with_batch(ctx.batch).out_shape
+        last = item.ops[-1].with_batch(ctx.batch)
+        shape = last.kernel_shape(last.out_shape)
         res = x if item.residual_from_input else rng.standard_normal(shape).astype(st).astype(np.float32)
     return x, params, res
 
@@ -373,7 +374,8 @@ class Prepared:
         self.launches: list[Callable] = []
         cur, k = self.x, 0
         for s in item.steps:
-            out = cp.full(s.ops[-1].out_shape, np.nan, dtype=st)
+            last = s.ops[-1]
+            out = cp.full(last.kernel_shape(last.out_shape), np.nan, dtype=st)
             p = dparams[k:k + len(s.ops)]
             k += len(s.ops)
             self.launches.append(kernels.prepare(s.kind, s.ops, s.tile, cur, p, dtype=ctx.dtype,
