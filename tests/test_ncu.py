@@ -152,3 +152,38 @@ def test_profile_missing_ncu(tmp_path):
     with pytest.raises(ncu.CountersUnavailable):
         ncu.profile(["true"], ncu=str(tmp_path / "no-such-ncu"), timeout_s=5)
     assert issubclass(ncu.CountersUnavailable, DeviceError)
+
+
+class _FakeCupy:
+    """What `ncu.Markers` touches of CuPy, logging each launch and synchronisation in order."""
+
+    def __init__(self):
+        self.log: list[str] = []
+        log = self.log
+
+        class Module:
+            def __init__(self, code):
+                assert ncu.MARK_BEGIN in code and ncu.MARK_END in code
+
+            def get_function(self, name):
+                return lambda grid, block, args: log.append(name)
+
+        class Stream:
+            def synchronize(self):
+                log.append("sync")
+
+        class Cuda:
+            @staticmethod
+            def get_current_stream():
+                return Stream()
+
+        self.RawModule, self.cuda = Module, Cuda
+
+
+def test_marked_region_brackets_the_run_between_synchronised_markers():
+    cp = _FakeCupy()
+    markers = ncu.Markers(cp)
+    markers.region(lambda: cp.log.append("work"))
+    markers.region(None)  # an item that failed to run still leaves an (empty) region
+    assert cp.log == ["sync", ncu.MARK_BEGIN, "work", ncu.MARK_END, "sync",
+                      "sync", ncu.MARK_BEGIN, ncu.MARK_END, "sync"]

@@ -45,6 +45,25 @@ MARK_END = "fuseplanner_mark_end"
 MARKER_SOURCE = (f'extern "C" __global__ void {MARK_BEGIN}() {{}}\n'
                  f'extern "C" __global__ void {MARK_END}() {{}}\n')
 
+
+class Markers:
+    """The marker kernels compiled once in a profiled process; `region(run)` is one marked region."""
+
+    def __init__(self, cp) -> None:
+        mod = cp.RawModule(code=MARKER_SOURCE)
+        self._cp, self._begin, self._end = cp, mod.get_function(MARK_BEGIN), mod.get_function(MARK_END)
+
+    def region(self, run=None) -> None:
+        """Synchronize, launch the begin marker, `run()` (nothing when None), the end marker, and
+        synchronize: the kernels of `run` become one region of `split_by_markers`."""
+        stream = self._cp.cuda.get_current_stream()
+        stream.synchronize()
+        self._begin((1,), (1,), ())
+        if run is not None:
+            run()
+        self._end((1,), (1,), ())
+        stream.synchronize()
+
 # Unit name -> factor to the base unit. ncu has printed both long ("Kbyte", "usecond") and short
 # ("KB", "us") names across versions; its byte prefixes are decimal (1 Kbyte = 1000 bytes).
 _SCALE = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}

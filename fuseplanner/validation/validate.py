@@ -503,8 +503,7 @@ def ncu_worker(job_path: str, warm: bool) -> None:
     job = pickle.loads(Path(job_path).read_bytes())
     ctx = Context(gpu=job["gpu"], dtype=job["dtype"], batch=job["batch"], precision=job["precision"],
                   objective="time", seed=job["seed"])
-    mod = cp.RawModule(code=ncu_mod.MARKER_SOURCE)
-    begin, end = mod.get_function(ncu_mod.MARK_BEGIN), mod.get_function(ncu_mod.MARK_END)
+    markers = ncu_mod.Markers(cp)
     for i, item in enumerate(job["items"]):
         prepared = None
         try:
@@ -513,12 +512,7 @@ def ncu_worker(job_path: str, warm: bool) -> None:
                 prepared.run()
         except (FusePlannerError, ValueError, RuntimeError, TypeError):
             prepared = None
-        cp.cuda.get_current_stream().synchronize()
-        begin((1,), (1,), ())
-        if prepared is not None:
-            prepared.run()
-        end((1,), (1,), ())
-        cp.cuda.get_current_stream().synchronize()
+        markers.region(prepared.run if prepared is not None else None)
 
 
 def profile_items(items: Sequence[Item], ctx: Context, work_dir: Path, timeout_s: float = 600.0

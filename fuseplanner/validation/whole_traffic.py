@@ -144,25 +144,20 @@ def worker(job_path: str) -> None:
 
     import fuseplanner
     from fuseplanner.kernels import require_device
-    from fuseplanner.validation.ncu import MARK_BEGIN, MARK_END, MARKER_SOURCE
+    from fuseplanner.validation.ncu import Markers
 
     cp = require_device()
     job = pickle.loads(Path(job_path).read_bytes())
     kw = {"dtype": job["dtype"], "precision": job["precision"], "batch": job["batch"], "input_shapes": job["input_shapes"]}
     models = [fuseplanner.compile(job["model"], job["spec"], job["plan"], **kw),
               fuseplanner.compile(job["model"], job["spec"], None, fuse=False, **kw)]  # fmt: skip
-    mod = cp.RawModule(code=MARKER_SOURCE)
-    begin, end = mod.get_function(MARK_BEGIN), mod.get_function(MARK_END)
+    markers = Markers(cp)
     rng = np.random.default_rng(0)
     for m in models:
         for buf in m.input_buffers.values():
             buf[...] = cp.asarray(rng.standard_normal(buf.shape)).astype(buf.dtype)
         m.launch()
-        cp.cuda.get_current_stream().synchronize()
-        begin((1,), (1,), ())
-        m.launch()
-        end((1,), (1,), ())
-        cp.cuda.get_current_stream().synchronize()
+        markers.region(m.launch)
 
 
 # ---- tables ------------------------------------------------------------------------------------------
