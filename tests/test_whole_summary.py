@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from fuseplanner.validation.whole_summary import summary_rows, to_markdown
+from fuseplanner.validation.whole_summary import kind_rows, summary_rows, to_markdown
 
 
 def _result(model, e_planned, e_unfused, gap, steps, batch=1):
@@ -35,7 +35,21 @@ def test_rows_pool_per_set_and_config():
 
 def test_markdown_has_one_line_per_row():
     md = to_markdown([_result("a", 0.1, 0.1, 0.0, [])], frozenset())
-    assert md.count("\n| bundled |") == 2  # the config row and the "all" row
+    assert md.count("\n| bundled |") == 3  # the config row and the "all" row, then the per-kind row
+
+
+def test_kind_rows_give_the_signed_median_per_kernel_kind():
+    from fuseplanner.core.kinds import KERNEL_KINDS
+
+    results = [_result("a", 0, 0, 0, [("pw", 0.10), ("pw", -0.30), ("pw", 0.20), ("pw_pw", 0.6), ("opaque", -0.5),
+                                      ("conv", None)]),
+               _result("b", 0, 0, 0, [("pw", 0.4)])]  # fmt: skip
+    (bundled, held) = kind_rows(results, frozenset({"b"}))
+    cell = dict(zip((*KERNEL_KINDS, "library"), bundled[3:], strict=True))
+    # pw errors +10, -30, +20 -> median +10.0 of 3 steps; pw_pw +60 of 1; the library Add -50 (conv: no error)
+    assert cell["pw"] == "+10.0 (3)" and cell["pw_pw"] == "+60.0 (1)" and cell["library"] == "-50.0 (1)"
+    assert cell["dw"] == "" and bundled[:3] == ("bundled", "fp32/fp32", "1")
+    assert held[:3] == ("held-out", "fp32/fp32", "1") and "+40.0 (1)" in held
 
 
 def test_saved_h100_runs_meet_the_whole_model_latency_target():

@@ -5,7 +5,8 @@ graph-context prediction (median and p90 over the planned and the unfused run of
 many models' predicted saving is within 3 points of the measured one, and the per-step |error|
 (median / p90 over all matched steps) of fuseplanner's own kernels (dw/pw/linear and the fused kinds)
 and of the operator library's steps. The set is "held-out" for the models of `models/holdout.toml`
-(no fitted value was chosen on them), "bundled" otherwise.
+(no fitted value was chosen on them), "bundled" otherwise. A second table gives, per (set, mode, batch),
+the signed median step error of each kernel kind and of the library steps: where a bias sits.
 """
 
 from __future__ import annotations
@@ -64,10 +65,34 @@ def summary_rows(results: Sequence, held_out: frozenset[str]) -> list[tuple[str,
     return rows
 
 
+def signed_median(values: Sequence[float]) -> str:
+    """Signed fractional errors as "median% (count)" ("" for none)."""
+    return f"{100 * np.median(values):+.1f} ({len(values)})" if len(values) else ""
+
+
+def kind_rows(results: Sequence, held_out: frozenset[str]) -> list[tuple[str, ...]]:
+    """Per (set, mode, batch): the signed median step error (predicted / measured - 1) and the step
+    count of each kernel kind, then of the library steps: where a bias sits (a positive median is a
+    kind predicted slower than it runs)."""
+    rows = []
+    for kind, mode, batch, rs in by_set(results, held_out):
+        errors: dict[str, list[float]] = defaultdict(list)
+        for r in rs:
+            for st in r.steps:
+                if st.error is not None:
+                    errors[st.kind if st.kind in _OWN else "library"].append(st.error)
+        rows.append((kind, mode, str(batch), *(signed_median(errors[k]) for k in (*KERNEL_KINDS, "library"))))
+    return rows
+
+
 def to_markdown(results: Sequence, held_out: frozenset[str]) -> str:
-    """The summary table (module docstring) as markdown."""
+    """The summary table (module docstring) and the signed step error per kernel kind as markdown."""
     head = ("| set | dtype/precision | batch | runs | end-to-end \\|error\\| median / p90 % | saving within 3 points | "
             "own kernels per step % | library steps per step % |")  # fmt: skip
     lines = ["## Summary per model set", "", head, "|---|---|---:|---:|---|---|---|---|"]
     lines += ["| " + " | ".join(row) + " |" for row in summary_rows(results, held_out)]
+    kinds = (*KERNEL_KINDS, "library")
+    lines += ["", "Per kernel kind: signed median step error % (predicted / measured - 1) and steps:", "",
+              "| set | dtype/precision | batch | " + " | ".join(kinds) + " |", "|---|---|---:|" + "---:|" * len(kinds)]
+    lines += ["| " + " | ".join(row) + " |" for row in kind_rows(results, held_out)]
     return "\n".join(lines) + "\n"
