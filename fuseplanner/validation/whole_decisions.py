@@ -290,16 +290,10 @@ def _fuse_all(decisions: Sequence[Decision]) -> str:
 def _pooled_rows(scored: Sequence[tuple], held_out: frozenset[str]) -> list[str]:
     """Per (model set, dtype/precision, batch), then per set over all of them; the sets: bundled,
     held-out (`held_out`) and all models."""
-    from fuseplanner.validation.whole_summary import model_set
+    from fuseplanner.validation.whole_summary import pooled
 
-    groups: dict[tuple[str, str, str], list[Decision]] = {}
-    for r, mine in scored:
-        for kind in (model_set(r.model, held_out), "all"):
-            for key in ((kind, f"{r.dtype}/{r.precision}", str(r.batch)), (kind, "all", "all")):
-                groups.setdefault(key, []).extend(mine)
-    order = {"bundled": 0, "held-out": 1, "all": 2}
     rows = []
-    for (kind, mode, batch), ds in sorted(groups.items(), key=lambda g: (order[g[0][0]], g[0][1] == "all", g[0])):
+    for kind, mode, batch, ds in pooled(scored, held_out, all_models=True):
         iso, gra = summarise(ds)
         rows.append(f"| {kind} | {mode} | {batch} | {len(ds) // len(CONTEXTS)} ({_unstepped(ds)}) | {_share(iso)} | "
                     f"{_share(gra)} | {_fuse_all(ds)} | {iso.unmeasured} / {gra.unmeasured} |")  # fmt: skip

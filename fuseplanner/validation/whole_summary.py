@@ -45,17 +45,29 @@ def by_set(items: Iterable, held_out: frozenset[str]) -> Iterator[tuple[str, str
         yield (*key, groups[key])
 
 
+_SET_ORDER = {"bundled": 0, "held-out": 1, "all": 2}
+
+
+def pooled(pairs: Iterable[tuple], held_out: frozenset[str], all_models: bool = False
+           ) -> list[tuple[str, str, str, list]]:  # fmt: skip
+    """(set, "dtype/precision", batch, items) pooling the `items` of each (result, items) pair: per
+    (set, mode, batch), then per set over every mode and batch ("all", "all"); with `all_models` also
+    the set "all" of every model. Bundled, held-out, all; within a set the "all" row last."""
+    groups: dict[tuple[str, str, str], list] = defaultdict(list)
+    for r, items in pairs:
+        for kind in (model_set(r.model, held_out), *(("all",) if all_models else ())):
+            for key in ((kind, f"{r.dtype}/{r.precision}", str(r.batch)), (kind, "all", "all")):
+                groups[key].extend(items)
+    ordered = sorted(groups.items(), key=lambda g: (_SET_ORDER[g[0][0]], g[0][1] == "all", g[0]))
+    return [(*key, items) for key, items in ordered]
+
+
 def summary_rows(results: Sequence, held_out: frozenset[str]) -> list[tuple[str, ...]]:
     """One row per (set, mode, batch), then one per set over all of them ("all"): set, mode, batch,
     results, end-to-end median / p90 (%), savings within the gap, own-kernel steps median / p90 (%),
     library steps median / p90 (%)."""
-    groups: dict[tuple[str, str, str], list] = defaultdict(list)
-    for r in results:
-        kind = model_set(r.model, held_out)
-        groups[(kind, f"{r.dtype}/{r.precision}", str(r.batch))].append(r)
-        groups[(kind, "all", "all")].append(r)
     rows = []
-    for (kind, mode, batch), rs in sorted(groups.items(), key=lambda g: (g[0][0], g[0][1] == "all", g[0])):
+    for kind, mode, batch, rs in pooled(((r, [r]) for r in results), held_out):
         e2e = [e for r in rs for e in (r.error_planned, r.error_unfused)]
         within = sum(abs(r.saving_gap_points) <= SAVING_GAP_POINTS for r in rs)
         own = [s.error for r in rs for s in r.steps if s.error is not None and s.kind in _OWN]
