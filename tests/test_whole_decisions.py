@@ -29,9 +29,11 @@ from fuseplanner.validation.whole_decisions import (
     MeasuredStep,
     PlanRun,
     closure,
+    fuse_all_lost_s,
     measure_candidate,
     score,
     summarise,
+    time_lost,
     to_markdown,
 )
 
@@ -246,3 +248,27 @@ def test_executor_steps_match_by_covers(mobilenet):
         m = measure_candidate("+".join(g.nodes), run, unfused)
         assert m is not None and m.planned_steps == ("+".join(g.nodes),)
         assert set(m.unfused_steps) == set(g.nodes) and m.saving_s == pytest.approx(0.0)
+
+
+def test_time_lost_by_hand():
+    d = score(synthetic("syn", both_runs=True))
+    lost = {(x.context, x.group): x.lost_s / US for x in d}
+    # isolated c+d: fused, measured -2 -> 2 us lost; graph a+b: not fused for b+c, 4 - max(0, 2) = 2 us;
+    # graph e+f: fused, measured -1 -> 1 us; every right decision loses 0
+    assert lost == pytest.approx({("isolated", "a+b"): 0, ("isolated", "c+d"): 2, ("isolated", "b+c"): 0,
+                                  ("isolated", "e+f"): 0, ("graph", "a+b"): 2, ("graph", "c+d"): 0,
+                                  ("graph", "b+c"): 0, ("graph", "e+f"): 1})  # fmt: skip
+    iso, gra = summarise(d)
+    assert (iso.lost_s / US, gra.lost_s / US) == pytest.approx((2, 3))
+    # fusing all four loses c+d's 2 and e+f's 1 us; over 100 us of unfused runs: 2 / 3 / 3 %
+    assert fuse_all_lost_s(d) / US == pytest.approx(3)
+    assert time_lost(d, 100 * US) == "2.00 / 3.00 / 3.00"
+    assert all(x.lost_s is None for x in score(synthetic("syn", both_runs=False)) if x.right is None)
+
+
+def test_pooled_table_gives_time_lost_over_the_runs_unfused_latency():
+    # two runs of 50 us unfused each (synthetic): syn loses 2 / 3 / 3 us, syn2 (isolated run only) 2 / 0 / 2 us
+    md = to_markdown([synthetic("syn", True), synthetic("syn2", False)], held_out=frozenset({"syn2"}))
+    assert "| bundled | fp32/fp32 | 1 | 4 (0) | 3/4 (75.0%) | 2/4 (50.0%) | 2/4 (50.0%) | 4.00 / 6.00 / 6.00 | 0 / 0 |" in md
+    assert "| held-out | fp32/fp32 | 1 | 4 (2) | 1/2 (50.0%) | n/a | 1/2 (50.0%) | 4.00 / 0.00 / 4.00 | 2 / 4 |" in md
+    assert "| all | all | all | 8 (2) | 4/6 (66.7%) | 2/4 (50.0%) | 3/6 (50.0%) | 4.00 / 3.00 / 5.00 | 2 / 4 |" in md

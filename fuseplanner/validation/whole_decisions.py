@@ -21,6 +21,12 @@ A decision is right when:
 A decision whose group, or an overlapping group it is weighed against, has no measured kernel step
 (not compiled, or run in the operator library) is unmeasured and left out of the score.
 
+Time lost by a wrong decision (what it costs, not only whether it is wrong): fusing a group that
+measured no saving loses -saving; not fusing one loses saving - max(0, the measured savings of the
+overlapping groups fused instead). A right decision loses nothing. The pooled tables give the time
+lost over a model set as a share of its runs' unfused whole-model latency (`time_lost`), beside what
+fusing every measured candidate would lose (the candidates that measured no saving).
+
 `score` is pure: it reads the records `measure` saves in `WholeResult.decisions` and
 `WholeResult.unfused_steps`, so saved results are rescored without a GPU.
 """
@@ -144,6 +150,7 @@ class Decision:
     measured: Measured | None
     instead: tuple[str, ...]
     right: bool | None
+    lost_s: float | None = None  # seconds the decision costs against the measured better choice (module docstring)
 
 
 def _measured(data: DecisionData, unfused: Sequence[MeasuredStep]) -> dict[str, Measured]:
@@ -169,6 +176,17 @@ def _right(c: Candidate, context: str, instead: Sequence[str], got: dict[str, Me
     return m.saving_s <= max(0.0, sum(got[o].saving_s for o in instead))
 
 
+def _lost(c: Candidate, context: str, instead: Sequence[str], got: dict[str, Measured], right: bool | None) -> float | None:
+    if right is None:
+        return None
+    if right:
+        return 0.0
+    m = got[c.label]
+    if c.fused(context):
+        return -m.saving_s
+    return m.saving_s - max(0.0, sum(got[o].saving_s for o in instead))
+
+
 def score(result) -> list[Decision]:
     """Every context's decision on every candidate of a `WholeResult` (none without decision data)."""
     data = result.decisions
@@ -181,8 +199,10 @@ def score(result) -> list[Decision]:
         for c in data.candidates:
             instead = () if c.fused(context) else tuple(
                 o.label for o in chosen if not set(o.covers).isdisjoint(c.covers))  # fmt: skip
+            right = _right(c, context, instead, got)
             out.append(Decision(result.model, result.dtype, result.batch, context, c.label, c.kind, c.fused(context),
-                                c.predicted_s(context), got.get(c.label), instead, _right(c, context, instead, got)))  # fmt: skip
+                                c.predicted_s(context), got.get(c.label), instead, right,
+                                _lost(c, context, instead, got, right)))  # fmt: skip
     return out
 
 
@@ -194,6 +214,7 @@ class ContextScore:
     right: int
     scored: int
     unmeasured: int
+    lost_s: float = 0.0  # time lost by the wrong decisions, summed
 
     @property
     def fraction(self) -> float | None:
@@ -206,7 +227,7 @@ def summarise(decisions: Sequence[Decision]) -> list[ContextScore]:
     for context in CONTEXTS:
         mine = [d for d in decisions if d.context == context]
         out.append(ContextScore(context, sum(d.right is True for d in mine), sum(d.right is not None for d in mine),
-                                sum(d.right is None for d in mine)))  # fmt: skip
+                                sum(d.right is None for d in mine), sum(d.lost_s or 0.0 for d in mine)))  # fmt: skip
     return out
 
 
@@ -287,16 +308,32 @@ def _fuse_all(decisions: Sequence[Decision]) -> str:
     return f"{won}/{len(measured)} ({100 * won / len(measured):.1f}%)" if measured else "n/a"
 
 
+def fuse_all_lost_s(decisions: Sequence[Decision]) -> float:
+    """Seconds fusing every measured candidate loses: the candidates that measured no saving."""
+    return sum(max(0.0, -d.measured.saving_s) for d in decisions if d.context == CONTEXTS[0] and d.measured is not None)
+
+
+def time_lost(decisions: Sequence[Decision], unfused_s: float) -> str:
+    """Time lost by each context's wrong decisions and by fusing all, as % of `unfused_s` (the runs'
+    unfused whole-model latency): "isolated / graph / fuse all"."""
+    if unfused_s <= 0:
+        return "n/a"
+    lost = [s.lost_s for s in summarise(decisions)] + [fuse_all_lost_s(decisions)]
+    return " / ".join(f"{100 * x / unfused_s:.2f}" for x in lost)
+
+
 def _pooled_rows(scored: Sequence[tuple], held_out: frozenset[str]) -> list[str]:
     """Per (model set, dtype/precision, batch), then per set over all of them; the sets: bundled,
     held-out (`held_out`) and all models."""
     from fuseplanner.validation.whole_summary import pooled
 
+    runs = pooled([(r, [r.measured_unfused.median_s]) for r, _ in scored], held_out, all_models=True)
     rows = []
-    for kind, mode, batch, ds in pooled(scored, held_out, all_models=True):
+    for (kind, mode, batch, ds), (*_, unfused) in zip(pooled(scored, held_out, all_models=True), runs, strict=True):
         iso, gra = summarise(ds)
         rows.append(f"| {kind} | {mode} | {batch} | {len(ds) // len(CONTEXTS)} ({_unstepped(ds)}) | {_share(iso)} | "
-                    f"{_share(gra)} | {_fuse_all(ds)} | {iso.unmeasured} / {gra.unmeasured} |")  # fmt: skip
+                    f"{_share(gra)} | {_fuse_all(ds)} | {time_lost(ds, sum(unfused))} | "
+                    f"{iso.unmeasured} / {gra.unmeasured} |")  # fmt: skip
     return rows
 
 
@@ -330,9 +367,11 @@ def _pooled_section(scored: Sequence[tuple], held_out: frozenset[str] | None) ->
     if held_out is None:
         return []
     return ["Pooled per model set (candidates: in brackets those no run has a kernel step for; fuse all: the "
-            "measured candidates whose measured saving is positive, what fusing every one gets right):", "",
+            "measured candidates whose measured saving is positive, what fusing every one gets right; time lost: "
+            "what the wrong decisions cost, as % of the runs' unfused whole-model latency):", "",
             "| set | dtype/precision | batch | candidates | isolated right | graph right | fuse all | "
-            "unmeasured (isolated / graph) |", "|---|---|---|---|---|---|---|---|", *_pooled_rows(scored, held_out), ""]  # fmt: skip
+            "time lost % (isolated / graph / fuse all) | unmeasured (isolated / graph) |",
+            "|---|---|---|---|---|---|---|---|---|", *_pooled_rows(scored, held_out), ""]  # fmt: skip
 
 
 def to_markdown(results: Sequence, note: str = "", held_out: frozenset[str] | None = None) -> str:
