@@ -16,6 +16,18 @@ def test_tf32_round_by_hand():
     assert tf32_round(x).tolist() == [1 + 2**-10, 1.0, 1 + 2**-10, -(1 + 2**-10), 1 + 2**-10, 0.0]
 
 
+def test_tf32_rounded_carries_into_the_exponent_and_keeps_float32():
+    # `core.tf32.tf32_rounded`, the one definition the launchers (CuPy) and the reference share: the
+    # largest float32 below 2 (mantissa all ones) rounds up to 2.0, its carry moving into the exponent;
+    # 3 * 2^-130 (subnormal) keeps its top bits; the result stays float32
+    from fuseplanner.core.tf32 import tf32_rounded
+
+    below_two = np.nextafter(np.float32(2), np.float32(0))
+    got = tf32_rounded(np, np.array([below_two, -below_two, 3 * 2.0**-130], dtype=np.float32))
+    assert got.dtype == np.float32
+    assert got.tolist() == [2.0, -2.0, 3 * 2.0**-130]
+
+
 def test_cpu_executor_tf32_rounds_pointwise_operands():
     """MobileNetV2 on the CPU executor: TF32 operands move the output away from exact fp32 (by far more
     than fp32 rounding, 2^-24) and stay within the TF32 tolerance against onnxruntime."""

@@ -97,14 +97,6 @@ def weight_as(cp, w, shape: Sequence[int], dtype: str | None, what: str):
     return cp.ascontiguousarray(w.reshape(shape).astype(target, copy=False))
 
 
-def tf32_rounded(cp, a):
-    """float32 array `a` rounded to TF32 (10 mantissa bits; to nearest, ties away from zero, as
-    cvt.rna.tf32.f32 does), as float32: what the tensor cores read from such weights without a
-    conversion in the kernel."""
-    bits = cp.ascontiguousarray(a, dtype=cp.float32).view(cp.uint32)
-    return ((bits + cp.uint32(0x1000)) & cp.uint32(0xFFFFE000)).view(cp.float32)
-
-
 def bias_as(cp, b, channels: int, what: str):
     """Per-channel float32 bias, or None."""
     if b is None:

@@ -16,6 +16,7 @@ from scipy.special import erf
 
 from fuseplanner.core.errors import PlanError
 from fuseplanner.core.ir import Op
+from fuseplanner.core.tf32 import tf32_rounded
 
 __all__ = ["ACTIVATIONS", "activation", "conv2d", "linear", "random_input", "random_params", "reference"]
 
@@ -77,8 +78,7 @@ def linear(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 def tf32_round(a) -> np.ndarray:
     """`a` rounded to TF32 (10 mantissa bits, to nearest, ties away from zero: cvt.rna.tf32.f32), as
     float64: what the TF32 kernels multiply (weights rounded on the host, activations as loaded)."""
-    bits = np.asarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    return ((bits + 0x1000) & 0xFFFFE000).astype(np.uint32).view(np.float32).astype(np.float64)
+    return tf32_rounded(np, a).astype(np.float64)
 
 
 def _apply(op: Op, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, precision: str = "fp32") -> np.ndarray:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from fuseplanner.core.errors import PlanError
 from fuseplanner.core.ir import Op, Tile, math_mode
+from fuseplanner.core.tf32 import tf32_rounded
 from fuseplanner.kernels import _build, tiles
 from fuseplanner.kernels._common import (
     ACT_CODES,
@@ -34,7 +35,6 @@ from fuseplanner.kernels._common import (
     linear_dims,
     null_ptr,
     output_array,
-    tf32_rounded,
     weight_as,
 )
 from fuseplanner.kernels.families.fused import FUSED

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from fuseplanner.core.errors import PlanError
 from fuseplanner.core.ir import Op, Tile, dtype_bytes
+from fuseplanner.core.tf32 import tf32_rounded
 from fuseplanner.costbase.work import cdiv
 from fuseplanner.kernels import _build, tiles
 from fuseplanner.kernels._common import (
@@ -27,7 +28,6 @@ from fuseplanner.kernels._common import (
     linear_dims,
     null_ptr,
     output_array,
-    tf32_rounded,
     vector_elems,
     weight_as,
 )
