@@ -155,6 +155,46 @@ def test_plan_in_graph_context_decides_on_graph_times(v2):
         fuseplanner.plan(g, gpu("h100"), workers=1, context="warm")
 
 
+def test_cli_plan_prints_the_graph_context_by_default(capsys):
+    """The default (isolated) plan ends with the whole-model prediction as the executor runs it, whose
+    saving is smaller than the isolated one (no 3.7 us floor per launch saved, warm L2)."""
+    import re
+
+    from fuseplanner.cli.main import main
+
+    assert main(["plan", "mobilenet_v2", "--gpu", "h100"]) == 0
+    out = capsys.readouterr().out
+    m = re.search(r"graph context \(whole inference, CUDA-graph replay\): planned ([\d.]+) us, unfused ([\d.]+) us, "
+                  r"saving ([\d.]+)%", out)  # fmt: skip
+    assert m, out[-400:]
+    planned, unfused, saving = (float(x) for x in m.groups())
+    assert planned < unfused and saving == pytest.approx(100 * (1 - planned / unfused), abs=0.06)
+    assert saving < 13.6  # the isolated saving of the same plan (README quick start: 371.60 -> 321.11 us)
+
+
+def test_tile_searches_are_shared_only_inside_shared_searches():
+    from fuseplanner.planning import search as S
+
+    spec = gpu("h100")
+    assert S.tile_search(spec, "fp32", 1, "time", "ours", "fp32") is not S.tile_search(spec, "fp32", 1, "time", "ours", "fp32")
+    with S.shared_searches():
+        first = S.tile_search(spec, "fp32", 1, "time", "ours", "fp32")
+        assert S.tile_search(spec, "fp32", 1, "time", "ours", "fp32") is first
+        assert S.tile_search(spec, "fp32", 8, "time", "ours", "fp32") is not first  # another batch
+        other = spec.model_copy()  # equal values, another object: its own search
+        assert S.tile_search(other, "fp32", 1, "time", "ours", "fp32").gpu is other
+        with S.shared_searches():  # nested: the same shared searches
+            assert S.tile_search(spec, "fp32", 1, "time", "ours", "fp32") is first
+        # the unfused plan beside a plan searches nothing new
+        g = fuseplanner.load_model("mobilenet_v1")
+        fuseplanner.plan(g, spec, workers=1)
+        again = S.tile_search(spec, "fp32", 1, "time", "ours", "fp32")
+        n = len(again.cache)
+        fuseplanner.plan(g, spec, workers=1, kinds=[])
+        assert len(again.cache) == n
+    assert S._SHARED is None
+
+
 def test_cli_plan_context_graph(capsys):
     from fuseplanner.cli.main import main
 

@@ -234,6 +234,36 @@ def search_key(kind: str, ops: Sequence[Op], residual: bool) -> tuple:
 
 
 #: Fewer distinct searches than this run in-process (a process pool costs more than it saves).
+#: The tile searches of the open `shared_searches` block (None outside one), by planning context.
+_SHARED: dict[tuple, TileSearch] | None = None
+
+
+@contextmanager
+def shared_searches() -> Iterator[None]:
+    """Within this block, plans of the same planning context (spec object, dtype, batch, objective,
+    cost model, precision) share one `TileSearch`, so that planning the model again (the unfused plan
+    beside a plan, the other execution context) reuses the searches made. Outside it every plan
+    searches afresh (the cost functions may have changed in between)."""
+    global _SHARED
+    outer, _SHARED = _SHARED, ({} if _SHARED is None else _SHARED)
+    try:
+        yield
+    finally:
+        _SHARED = outer
+
+
+def tile_search(spec, dtype: str, batch: int, objective: str, model: str, precision: str) -> TileSearch:
+    """The `TileSearch` of this planning context: the shared one inside `shared_searches` (made on
+    first use), else a new one."""
+    if _SHARED is None:
+        return TileSearch(spec, dtype, batch, objective, model, precision)
+    key = (id(spec), dtype, batch, objective, model, precision)
+    hit = _SHARED.get(key)
+    if hit is None or hit.gpu is not spec:
+        hit = _SHARED[key] = TileSearch(spec, dtype, batch, objective, model, precision)
+    return hit
+
+
 MIN_PARALLEL_SEARCHES = 24
 
 
@@ -483,9 +513,9 @@ def plan(
     decide = _decider(spec, objective, context)
     b = model_batch(graph) if batch is None else batch
     ops = {op.name: op.with_batch(b) for op in graph.ops()}
-    search = TileSearch(spec, dtype, b, objective, model, precision)
+    search = tile_search(spec, dtype, b, objective, model, precision)
     # the layer-by-layer baseline runs each layer with its fastest tile whatever the objective
-    base = search if objective == "time" else TileSearch(spec, dtype, b, "time", model, precision)
+    base = search if objective == "time" else tile_search(spec, dtype, b, "time", model, precision)
     found = find_candidates(graph, allowed)
     resid = layer_residuals(graph)
     jobs = [(op.kind, (op,), "add" in op.epilogue) for op in ops.values() if op.kind in TILED_KINDS]
