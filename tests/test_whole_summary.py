@@ -4,12 +4,21 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from fuseplanner.validation.whole_summary import kind_rows, summary_rows, to_markdown
+from fuseplanner.validation.whole_summary import kind_rows, model_rows, summary_rows, to_markdown
 
 
-def _result(model, e_planned, e_unfused, gap, steps, batch=1):
+def _result(model, e_planned, e_unfused, gap, steps, batch=1, planned_us=90.0, unfused_us=100.0):
+    """A result with measured latencies `planned_us` / `unfused_us` and predictions off by the errors."""
+    us = 1e-6
     return SimpleNamespace(model=model, dtype="fp32", precision="fp32", batch=batch, error_planned=e_planned,
                            error_unfused=e_unfused, saving_gap_points=gap,
+                           measured_planned=SimpleNamespace(median_s=planned_us * us),
+                           measured_unfused=SimpleNamespace(median_s=unfused_us * us),
+                           predicted_planned_s=planned_us * (1 + e_planned) * us,
+                           predicted_unfused_s=unfused_us * (1 + e_unfused) * us,
+                           measured_saving=1 - planned_us / unfused_us,
+                           predicted_saving=1 - planned_us * (1 + e_planned) / (unfused_us * (1 + e_unfused)),
+                           step_error_median=None, step_error_p90=None,
                            steps=[SimpleNamespace(kind=k, error=e) for k, e in steps])  # fmt: skip
 
 
@@ -35,7 +44,19 @@ def test_rows_pool_per_set_and_config():
 
 def test_markdown_has_one_line_per_row():
     md = to_markdown([_result("a", 0.1, 0.1, 0.0, [])], frozenset())
-    assert md.count("\n| bundled |") == 3  # the config row and the "all" row, then the per-kind row
+    assert md.count("\n| bundled |") == 4  # the config row and the "all" row, the per-kind row, the model row
+
+
+def test_model_rows_by_hand():
+    # measured 90 / 100 us: saving 10.0%; predicted 90 x 1.1 = 99.0 and 100 x 0.95 = 95.0 us: saving
+    # 1 - 99 / 95 = -4.2%; the gap is the result's own (-14.2 here, given)
+    r = _result("m", 0.10, -0.05, -14.2, [])
+    r.step_error_median, r.step_error_p90 = 0.081, 0.25
+    held = _result("h", 0.0, 0.0, 0.0, [], batch=8)
+    rows = model_rows([held, r], frozenset({"h"}))
+    assert rows[0] == ("bundled", "m", "fp32/fp32", "1", "90.0", "99.0", "+10.0%", "100.0", "95.0", "-5.0%", "10.0%",
+                       "-4.2%", "-14.2", "8.1% / 25.0%")  # fmt: skip
+    assert rows[1][:4] == ("held-out", "h", "fp32/fp32", "8") and rows[1][-1] == "n/a"
 
 
 def test_kind_rows_give_the_signed_median_per_kernel_kind():

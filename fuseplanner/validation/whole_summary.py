@@ -97,8 +97,34 @@ def kind_rows(results: Sequence, held_out: frozenset[str]) -> list[tuple[str, ..
     return rows
 
 
+def _signed_pct(x: float) -> str:
+    return f"{100 * x:+.1f}%"
+
+
+def model_rows(results: Sequence, held_out: frozenset[str]) -> list[tuple[str, ...]]:
+    """One row per result, bundled before held-out, then by mode, batch and model: set, model, mode,
+    batch, measured / predicted / error of the planned and of the unfused run (us), the measured and
+    predicted saving (% of the unfused run), their gap (points) and the per-step |error| median / p90."""
+    rows = []
+    for kind, mode, batch, rs in by_set(results, held_out):
+        for r in sorted(rs, key=lambda r: r.model):
+            steps = "n/a" if r.step_error_median is None else (
+                f"{100 * r.step_error_median:.1f}% / {100 * r.step_error_p90:.1f}%")  # fmt: skip
+            rows.append((kind, r.model, mode, str(batch), f"{r.measured_planned.median_s * 1e6:.1f}",
+                         f"{r.predicted_planned_s * 1e6:.1f}", _signed_pct(r.error_planned),
+                         f"{r.measured_unfused.median_s * 1e6:.1f}", f"{r.predicted_unfused_s * 1e6:.1f}",
+                         _signed_pct(r.error_unfused), f"{100 * r.measured_saving:.1f}%",
+                         f"{100 * r.predicted_saving:.1f}%", f"{r.saving_gap_points:+.1f}", steps))  # fmt: skip
+    return rows
+
+
+MODEL_HEAD = ("| set | model | dtype/precision | batch | measured planned us | predicted | error | measured unfused us | "
+              "predicted | error | saving measured | predicted | gap (points) | per-step \\|error\\| median / p90 |")
+
+
 def to_markdown(results: Sequence, held_out: frozenset[str]) -> str:
-    """The summary table (module docstring) and the signed step error per kernel kind as markdown."""
+    """The summary table (module docstring), the signed step error per kernel kind and the per-model
+    rows (`model_rows`) as markdown."""
     head = ("| set | dtype/precision | batch | runs | end-to-end \\|error\\| median / p90 % | saving within 3 points | "
             "own kernels per step % | library steps per step % |")  # fmt: skip
     lines = ["## Summary per model set", "", head, "|---|---|---:|---:|---|---|---|---|"]
@@ -107,4 +133,7 @@ def to_markdown(results: Sequence, held_out: frozenset[str]) -> str:
     lines += ["", "Per kernel kind: signed median step error % (predicted / measured - 1) and steps:", "",
               "| set | dtype/precision | batch | " + " | ".join(kinds) + " |", "|---|---|---:|" + "---:|" * len(kinds)]
     lines += ["| " + " | ".join(row) + " |" for row in kind_rows(results, held_out)]
+    lines += ["", "Per model (graph context; saving: % of the unfused run, gap: predicted - measured points):", "",
+              MODEL_HEAD, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines += ["| " + " | ".join(row) + " |" for row in model_rows(results, held_out)]
     return "\n".join(lines) + "\n"
