@@ -14,6 +14,7 @@ _LAZY = {
     "GpuSpec": ("fuseplanner.hw.spec", "GpuSpec"),
     "plan": ("fuseplanner.planning.search", "plan"),
     "Plan": ("fuseplanner.planning.result", "Plan"),
+    "predict_whole": ("fuseplanner.planning.whole", "predict_whole"),
     "compile": ("fuseplanner.run.compiled", "compile"),
     "CompiledModel": ("fuseplanner.run.compiled", "CompiledModel"),
 }
@@ -35,6 +36,7 @@ __all__ = [
     "GpuSpec",
     "plan",
     "Plan",
+    "predict_whole",
     "compile",
     "CompiledModel",
     "__version__",

@@ -221,3 +221,13 @@ def test_reductions_take_the_reduction_floor():
     assert whole.steps[1].time_s == pytest.approx(1.35e-6)
     t4 = launch_terms(gpu("t4"))
     assert t4.reduce_floor_s == t4.opaque_floor_s
+
+
+def test_predict_whole_is_public_and_adds_up():
+    g = fuseplanner.load_model("mobilenet_v1")
+    p = fuseplanner.plan(g, gpu("h100"), workers=1)
+    whole = fuseplanner.predict_whole(g, gpu("h100"), p)
+    assert "predict_whole" in fuseplanner.__all__ and whole.context == "graph"
+    assert whole.planned.time_s == pytest.approx(sum(s.time_s for s in whole.planned.steps))
+    assert whole.saving == pytest.approx(1 - whole.planned.time_s / whole.unfused.time_s)
+    assert len(whole.planned.steps) < len(whole.unfused.steps)  # fused groups run as one step each
