@@ -233,7 +233,6 @@ def search_key(kind: str, ops: Sequence[Op], residual: bool) -> tuple:
     return (kind, residual, tuple(_signature(op) for op in ops))
 
 
-#: Fewer distinct searches than this run in-process (a process pool costs more than it saves).
 #: The tile searches of the open `shared_searches` block (None outside one), by planning context.
 _SHARED: dict[tuple, TileSearch] | None = None
 
@@ -264,6 +263,7 @@ def tile_search(spec, dtype: str, batch: int, objective: str, model: str, precis
     return hit
 
 
+#: Fewer distinct searches than this run in-process (a process pool costs more than it saves).
 MIN_PARALLEL_SEARCHES = 24
 
 

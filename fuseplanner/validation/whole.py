@@ -23,6 +23,8 @@ from fuseplanner.core.errors import PlanError, RecordsError
 from fuseplanner.planning.whole import WholePlanPrediction
 from fuseplanner.validation.whole_decisions import DecisionData, MeasuredStep, PlanRun, candidates
 from fuseplanner.validation.whole_decisions import to_markdown as decisions_markdown
+from fuseplanner.validation.whole_summary import signed_pct
+from fuseplanner.validation.whole_summary import to_markdown as summary_markdown
 from fuseplanner.validation.whole_traffic import TrafficComparison, comparison
 from fuseplanner.validation.whole_traffic import to_markdown as traffic_markdown
 
@@ -163,10 +165,6 @@ def compare(graph_pred: WholePlanPrediction, isolated_pred: WholePlanPrediction,
     )  # fmt: skip
 
 
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:+.1f}%"
-
-
 def to_markdown(results: Sequence[WholeResult]) -> str:
     """Tables: end-to-end latency, plan saving, per-step error; one row per result."""
     lines = ["## End-to-end latency (CUDA-graph replay, median)", "",
@@ -174,9 +172,9 @@ def to_markdown(results: Sequence[WholeResult]) -> str:
              "measured unfused us | predicted (graph) | error |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in results:
         lines.append(f"| {r.model} | {r.dtype}/{r.precision} | {r.batch} | {r.measured_planned.median_s * 1e6:.1f} | "
-                     f"{r.predicted_planned_s * 1e6:.1f} | {_pct(r.error_planned)} | {r.isolated_planned_s * 1e6:.1f} | "
+                     f"{r.predicted_planned_s * 1e6:.1f} | {signed_pct(r.error_planned)} | {r.isolated_planned_s * 1e6:.1f} | "
                      f"{r.measured_unfused.median_s * 1e6:.1f} | {r.predicted_unfused_s * 1e6:.1f} | "
-                     f"{_pct(r.error_unfused)} |")  # fmt: skip
+                     f"{signed_pct(r.error_unfused)} |")  # fmt: skip
     lines += ["", "## Saving of the plan over no fusion (% of the unfused run)", "",
               "| model | dtype | batch | measured | predicted (graph) | gap (points) | predicted (isolated) |",
               "|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -199,7 +197,6 @@ def write(results: Sequence[WholeResult], out: Path) -> tuple[Path, Path]:
     js, md = out / "whole.json", out / "whole.md"
     js.write_text("[\n" + ",\n".join(r.model_dump_json(indent=1) for r in results) + "\n]\n", encoding="utf-8")
     from fuseplanner.frontend.holdout import holdout_models
-    from fuseplanner.validation.whole_summary import to_markdown as summary_markdown
 
     held_out = frozenset(m.name for m in holdout_models())
     traffic = traffic_markdown(results, held_out)

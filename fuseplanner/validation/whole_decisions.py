@@ -167,24 +167,18 @@ def _measured(data: DecisionData, unfused: Sequence[MeasuredStep]) -> dict[str, 
     return out
 
 
-def _right(c: Candidate, context: str, instead: Sequence[str], got: dict[str, Measured]) -> bool | None:
+def _judged(c: Candidate, context: str, instead: Sequence[str], got: dict[str, Measured]
+                ) -> tuple[bool | None, float | None]:  # fmt: skip
+    """(right, lost seconds) of `context`'s decision on `c` (module docstring); (None, None) unmeasured.
+    The shortfall is what the decision gives up against the other choice: fusing, the measured loss
+    (-saving); not fusing, the saving less what the overlapping groups fused instead save."""
     m = got.get(c.label)
     if m is None or any(o not in got for o in instead):
-        return None
-    if c.fused(context):
-        return m.saving_s > 0
-    return m.saving_s <= max(0.0, sum(got[o].saving_s for o in instead))
-
-
-def _lost(c: Candidate, context: str, instead: Sequence[str], got: dict[str, Measured], right: bool | None) -> float | None:
-    if right is None:
-        return None
-    if right:
-        return 0.0
-    m = got[c.label]
-    if c.fused(context):
-        return -m.saving_s
-    return m.saving_s - max(0.0, sum(got[o].saving_s for o in instead))
+        return None, None
+    fused = c.fused(context)
+    shortfall = -m.saving_s if fused else m.saving_s - max(0.0, sum(got[o].saving_s for o in instead))
+    right = shortfall < 0 if fused else shortfall <= 0
+    return right, 0.0 if right else shortfall
 
 
 def score(result) -> list[Decision]:
@@ -199,10 +193,9 @@ def score(result) -> list[Decision]:
         for c in data.candidates:
             instead = () if c.fused(context) else tuple(
                 o.label for o in chosen if not set(o.covers).isdisjoint(c.covers))  # fmt: skip
-            right = _right(c, context, instead, got)
+            right, lost = _judged(c, context, instead, got)
             out.append(Decision(result.model, result.dtype, result.batch, context, c.label, c.kind, c.fused(context),
-                                c.predicted_s(context), got.get(c.label), instead, right,
-                                _lost(c, context, instead, got, right)))  # fmt: skip
+                                c.predicted_s(context), got.get(c.label), instead, right, lost))  # fmt: skip
     return out
 
 
@@ -300,17 +293,22 @@ def _unstepped(decisions: Sequence[Decision]) -> int:
     return sum(d.measured is None for d in decisions if d.context == CONTEXTS[0])
 
 
+def _measured_candidates(decisions: Sequence[Decision]) -> list[Measured]:
+    """Each measured candidate once (from the first context's decisions)."""
+    return [d.measured for d in decisions if d.context == CONTEXTS[0] and d.measured is not None]
+
+
 def _fuse_all(decisions: Sequence[Decision]) -> str:
     """The no-model baseline: of the measured candidates, those whose measured saving is positive (what
     fusing every candidate gets right)."""
-    measured = [d.measured for d in decisions if d.context == CONTEXTS[0] and d.measured is not None]
+    measured = _measured_candidates(decisions)
     won = sum(m.saving_s > 0 for m in measured)
     return f"{won}/{len(measured)} ({100 * won / len(measured):.1f}%)" if measured else "n/a"
 
 
 def fuse_all_lost_s(decisions: Sequence[Decision]) -> float:
     """Seconds fusing every measured candidate loses: the candidates that measured no saving."""
-    return sum(max(0.0, -d.measured.saving_s) for d in decisions if d.context == CONTEXTS[0] and d.measured is not None)
+    return sum(max(0.0, -m.saving_s) for m in _measured_candidates(decisions))
 
 
 def time_lost(decisions: Sequence[Decision], unfused_s: float) -> str:

@@ -97,8 +97,9 @@ def kind_rows(results: Sequence, held_out: frozenset[str]) -> list[tuple[str, ..
     return rows
 
 
-def _signed_pct(x: float) -> str:
-    return f"{100 * x:+.1f}%"
+def signed_pct(x: float | None) -> str:
+    """A signed fraction as "+12.3%" ("n/a" for None)."""
+    return "n/a" if x is None else f"{100 * x:+.1f}%"
 
 
 def model_rows(results: Sequence, held_out: frozenset[str]) -> list[tuple[str, ...]]:
@@ -111,9 +112,9 @@ def model_rows(results: Sequence, held_out: frozenset[str]) -> list[tuple[str, .
             steps = "n/a" if r.step_error_median is None else (
                 f"{100 * r.step_error_median:.1f}% / {100 * r.step_error_p90:.1f}%")  # fmt: skip
             rows.append((kind, r.model, mode, str(batch), f"{r.measured_planned.median_s * 1e6:.1f}",
-                         f"{r.predicted_planned_s * 1e6:.1f}", _signed_pct(r.error_planned),
+                         f"{r.predicted_planned_s * 1e6:.1f}", signed_pct(r.error_planned),
                          f"{r.measured_unfused.median_s * 1e6:.1f}", f"{r.predicted_unfused_s * 1e6:.1f}",
-                         _signed_pct(r.error_unfused), f"{100 * r.measured_saving:.1f}%",
+                         signed_pct(r.error_unfused), f"{100 * r.measured_saving:.1f}%",
                          f"{100 * r.predicted_saving:.1f}%", f"{r.saving_gap_points:+.1f}", steps))  # fmt: skip
     return rows
 
