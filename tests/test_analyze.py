@@ -58,6 +58,25 @@ def test_accuracy_of_recorded_predictions_is_hand_computed():
     assert pooled == acc.AccuracyRow(**{**run.__dict__, "run": "all"})
 
 
+def test_work_bias_bands_the_single_layer_launches():
+    # only L0 is one measured layer-by-layer launch (dw, 903,168 FLOPs): predicted 12 us, measured 10 us,
+    # ratio 1.2; the groups are fused kinds, the unfused runs two launches, and L3 failed to run
+    bands = acc.work_bias(load_runs([SMALL]))
+    assert [(b.lo, b.hi) for b in bands] == [(0.0, 1e7), (1e7, 1e8), (1e8, 3e8), (3e8, 1e9), (1e9, None)]
+    assert bands[0].ratios == pytest.approx((1.2,)) and all(not b.ratios for b in bands[1:])
+    split = acc.work_bias(load_runs([SMALL]), bands=(5e5,))  # L0 lands in the open band above 0.5 MFLOP
+    assert (len(split[0].ratios), len(split[1].ratios)) == (0, 1)
+    table = acc.work_bias_table(bands, "h100")
+    assert table.rows[0] == ("< 10 MFLOP", "1", "1.20", "1.20", "1.20")
+    assert table.rows[-1] == (">= 1 GFLOP", "0", "-", "-", "-")
+
+
+def test_accuracy_by_work_prints_the_band_table(capsys):
+    assert main(["analyze", "accuracy", SMALL, "--stored", "--by-work", "--markdown", "-"]) == 0
+    out = capsys.readouterr().out
+    assert "Layer-by-layer launches by work" in out and "| < 10 MFLOP | 1 | 1.20 | 1.20 | 1.20 |" in out
+
+
 def test_accuracy_pools_records_and_groups_over_runs():
     run, pooled = acc.accuracy(load_runs([SMALL]))[0], acc.accuracy(load_runs([SMALL, SMALL]))[-1]
     assert pooled.time.n == 2 * run.time.n and pooled.time.median == run.time.median

@@ -395,3 +395,19 @@ def test_fuse_min_speedup_rejects_smaller_predicted_gains():
     assert any(r.stage == "gain" and "fuse_min_speedup" in r.reason for r in strict.rejected)
     # the threshold is about time: the gma objective ignores it
     assert plan(graph, apply_measured(gpu("h100"), {"fuse_min_speedup": 4.0}), objective="gma").groups
+
+
+def test_graph_context_decides_with_its_own_threshold():
+    """`graph_fuse_min_speedup` gates the graph context's decisions and `fuse_min_speedup` the isolated
+    context's; neither touches the other."""
+    graph = _bundled("mobilenet_v2")
+    base = gpu("h100")
+    nodes = lambda p: {tuple(g.nodes) for g in p.groups}  # noqa: E731
+    graph_plan, iso_plan = plan(graph, base, context="graph"), plan(graph, base)
+    assert graph_plan.groups and iso_plan.groups
+    strict_graph = apply_measured(base, {"graph_fuse_min_speedup": 4.0})
+    none = plan(graph, strict_graph, context="graph")
+    assert not none.groups  # no MobileNetV2 group is predicted 4x faster fused
+    assert any(r.stage == "gain" and "graph_fuse_min_speedup 4x" in r.reason for r in none.rejected)
+    assert nodes(plan(graph, strict_graph)) == nodes(iso_plan)
+    assert nodes(plan(graph, apply_measured(base, {"fuse_min_speedup": 4.0}), context="graph")) == nodes(graph_plan)

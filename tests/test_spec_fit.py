@@ -50,9 +50,10 @@ def test_other_gpus_borrow_the_h100_fit(stem):
     s, h = gpu(stem), gpu("h100")
     assert s.fit_from == "h100" and s.fit.borrowed and s.fit.source_gpu == "h100"
     # the kernel parameters are the H100's; the threshold fitted on H100 decisions is not lent
-    assert {k: v for k, v in s.fit.values().items() if k != "fuse_min_speedup"} == \
-           {k: v for k, v in h.fit.values().items() if k != "fuse_min_speedup"}
-    assert s.fit.fuse_min_speedup == 1.0 and s.eff("fuse_min_speedup") == 1.0
+    thresholds = ("fuse_min_speedup", "graph_fuse_min_speedup")
+    assert {k: v for k, v in s.fit.values().items() if k not in thresholds} == \
+           {k: v for k, v in h.fit.values().items() if k not in thresholds}
+    assert all(getattr(s.fit, t) == 1.0 == s.eff(t) for t in thresholds)
 
 
 @pytest.mark.parametrize("stem", sorted(s.name for s in list_gpus()))
@@ -154,6 +155,10 @@ def test_kernel_fit_is_frozen_and_complete():
     with pytest.raises(ValidationError, match="kernel_fixed_s"):
         KernelFit.model_validate(incomplete)
     assert f.lent().borrowed and f.lent().fuse_min_speedup == 1.0 and not f.borrowed
+    raised = f.model_copy(update={"graph_fuse_min_speedup": 1.3})
+    assert raised.lent().graph_fuse_min_speedup == 1.0  # a threshold chosen on another GPU's decisions is not lent
+    with pytest.raises(ValidationError, match="graph_fuse_min_speedup"):
+        KernelFit.model_validate({**f.model_dump(), "graph_fuse_min_speedup": 0.9})  # below 1: fusing a slower kernel
 
 
 # ---- plans ------------------------------------------------------------------------------------------

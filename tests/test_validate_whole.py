@@ -135,9 +135,11 @@ def test_repredict_saved_measurements_without_a_gpu(tmp_path, capsys):
     assert again.error_planned == pytest.approx(again.predicted_planned_s / saved.measured_planned.median_s - 1)
     assert {s.label for s in again.steps} == {s.label for s in saved.steps}
     from fuseplanner.core.errors import PlanError
+    from fuseplanner.validation.microbench import apply_measured
 
+    strict = apply_measured(gpu("h100"), {"graph_fuse_min_speedup": 1.05})
     with pytest.raises(PlanError):  # the graph context plans other groups than were measured
-        repredict(saved, gpu("h100"), context="graph")
+        repredict(saved, strict, context="graph")
     out = tmp_path / "rep"
     assert main(["validate", "--whole", "--from-results", str(FIXTURES / "whole_mobilenet_v1.json"), "--gpu", "h100",
                  "--out", str(out)]) == 0  # fmt: skip

@@ -113,3 +113,67 @@ def accuracy_table(rows: Sequence[AccuracyRow], spec_name: str | None = None) ->
         "with a measured time; plan's extra time: the plan's choices over the best measured option of each "
         "group measured fused and unfused.",
     )  # fmt: skip
+
+
+#: FLOP bands of `work_bias` (upper bounds; the last band is open).
+WORK_BANDS = (1e7, 1e8, 3e8, 1e9)
+
+
+@dataclass(frozen=True)
+class WorkBand:
+    """Predicted / measured time of the single-launch layer records whose work falls in [lo, hi) FLOPs."""
+
+    lo: float
+    hi: float | None
+    ratios: tuple[float, ...]
+
+    def quantile(self, q: float) -> float | None:
+        import numpy as np
+
+        return float(np.quantile(self.ratios, q)) if self.ratios else None
+
+
+def _single_layer_ratios(runs: Sequence[Run]) -> list[tuple[float, float]]:
+    """(FLOPs, predicted / measured time) of every measured record that is one layer-by-layer launch."""
+    from fuseplanner.core.kinds import LAYER_KINDS
+
+    out = []
+    for run in runs:
+        for r in run.records:
+            pred, kinds = r.prediction("ours"), r.step_kinds or (r.kind,)
+            if (r.ok and pred is not None and pred.time_s and r.measured.time_cold_s and r.flops is not None
+                    and len(kinds) == 1 and kinds[0] in LAYER_KINDS):  # fmt: skip
+                out.append((float(r.flops), pred.time_s / r.measured.time_cold_s))
+    return out
+
+
+def work_bias(runs: Sequence[Run], bands: Sequence[float] = WORK_BANDS) -> list[WorkBand]:
+    """The layer-by-layer launches of `runs` by work: where the time model runs fast or slow with size
+    (a ratio over 1 is a launch predicted slower than it ran)."""
+    pairs = _single_layer_ratios(runs)
+    edges = (0.0, *bands, None)
+    return [WorkBand(lo, hi, tuple(r for f, r in pairs if f >= lo and (hi is None or f < hi)))
+            for lo, hi in zip(edges[:-1], edges[1:], strict=True)]  # fmt: skip
+
+
+def _flops(x: float) -> str:
+    return f"{x / 1e9:g} GFLOP" if x >= 1e8 else f"{x / 1e6:g} MFLOP"
+
+
+def work_bias_table(bands: Sequence[WorkBand], spec_name: str | None = None) -> Table:
+    def cell(b: WorkBand, q: float) -> str:
+        v = b.quantile(q)
+        return "-" if v is None else f"{v:.2f}"
+
+    def band(b: WorkBand) -> str:
+        return f">= {_flops(b.lo)}" if b.hi is None else f"< {_flops(b.hi)}" if not b.lo else f"{_flops(b.lo)} - {_flops(b.hi)}"
+
+    rows = tuple((band(b), str(len(b.ratios)),
+                  cell(b, 0.1), cell(b, 0.5), cell(b, 0.9)) for b in bands)  # fmt: skip
+    source = f"predictions recomputed with spec {spec_name}" if spec_name else "predictions as recorded"
+    return Table(
+        title="Layer-by-layer launches by work: predicted / measured time",
+        columns=("work", "n", "p10", "median", "p90"), rows=rows, numeric=(False, True, True, True, True),
+        note=f"Single dw/pw/linear launches (layers, layer tiles, group members alone), cold-L2 time; over 1: "
+        f"predicted slower than measured ({source}).",
+    )  # fmt: skip

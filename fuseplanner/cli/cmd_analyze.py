@@ -48,6 +48,8 @@ def _options(parsers: dict) -> None:
     d.add_argument("--to", dest="hi", type=float, default=2.0, help="highest threshold scanned (default 2.0)")
     d.add_argument("--step", type=float, default=0.05, help="threshold step (default 0.05)")
     a = parsers["accuracy"]
+    a.add_argument("--by-work", action="store_true", help="also the layer-by-layer launches' predicted / measured "
+                   "time by work (FLOP bands): whether the model runs slow or fast with size")
     a.add_argument("--train", nargs="+", default=None, metavar="RESULTS",
                    help="the runs the spec was fitted on: also score RESULTS without the records whose (model, dtype, "
                    "batch, nodes, tile) a training record has, and each model's records alone")
@@ -116,7 +118,13 @@ def run_accuracy(args: argparse.Namespace) -> int:
     spec, runs = _load(args)
     if args.train:
         _print_generalisation(runs, args)
-    return _show([accuracy_table(accuracy(runs), None if args.stored else spec.name)], args)
+    name = None if args.stored else spec.name
+    tables = [accuracy_table(accuracy(runs), name)]
+    if args.by_work:
+        from fuseplanner.analysis.accuracy import work_bias, work_bias_table
+
+        tables.append(work_bias_table(work_bias(runs), name))
+    return _show(tables, args)
 
 
 def _print_generalisation(runs, args: argparse.Namespace) -> None:

@@ -11,8 +11,9 @@ sequences by `fuseplanner calibrate --from-results` (`fuseplanner.validation.fit
   ``[fit.ci]`` table: each fitted value's bootstrap interval);
 - or another spec's, named by ``fit_from = "h100"`` (a bundled name or a path to a TOML with a
   ``[fit]`` table): the fit is then *borrowed* (`KernelFit.borrowed`), which plans report as a
-  warning. A borrowed fit fuses at any predicted gain (``fuse_min_speedup`` 1): its own threshold
-  was chosen on fuse decisions measured on the GPU it was fitted on.
+  warning. A borrowed fit fuses at any predicted gain (``fuse_min_speedup`` and
+  ``graph_fuse_min_speedup`` 1): its own thresholds were chosen on fuse decisions measured on the GPU
+  it was fitted on.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 #: The fuse threshold: a decision rule fitted with the kernel parameters, not applied when borrowed.
 THRESHOLD_FIELD = "fuse_min_speedup"
+#: Its graph-context counterpart (chosen on executor-measured decisions), likewise not applied when borrowed.
+GRAPH_THRESHOLD_FIELD = "graph_fuse_min_speedup"
 #: Provenance fields of a fit (everything else but `sources` is a parameter the cost model reads).
 META_FIELDS = ("source_gpu", "driver", "date", "records", "record_count", "borrowed", "sources", "ci")
 
@@ -123,6 +126,10 @@ class KernelFit(BaseModel):
     fuse_min_speedup: float = Field(
         ge=1.0, description="the planner fuses a group for time only when its predicted unfused/fused time ratio "
         "reaches this (1: any predicted gain); fitted to measured decisions")
+    graph_fuse_min_speedup: float = Field(
+        default=1.0, ge=1.0, description="the same threshold when the plan decides in the graph context "
+        "(`plan --context graph`): chosen on fuse decisions measured in the executor (scripts/fit_graph_margin.py; "
+        "schema default 1: any predicted gain)")
     sources: dict[str, str] = Field(default_factory=dict, description="a note per value: how it was fitted")
     ci: dict[str, tuple[float, float]] = Field(
         default_factory=dict, description="bootstrap interval (5th, 95th percentile) of fitted values, by name: "
@@ -130,7 +137,7 @@ class KernelFit(BaseModel):
 
     def lent(self) -> KernelFit:
         """This fit as another GPU borrows it: marked borrowed, fusing at any predicted gain."""
-        return self.model_copy(update={"borrowed": True, THRESHOLD_FIELD: 1.0})
+        return self.model_copy(update={"borrowed": True, THRESHOLD_FIELD: 1.0, GRAPH_THRESHOLD_FIELD: 1.0})
 
     def values(self) -> dict[str, float]:
         """The fitted parameters by name (no provenance)."""

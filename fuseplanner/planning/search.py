@@ -34,6 +34,7 @@ from fuseplanner.core.ir import INFEASIBLE, Cost, ModelGraph, Op, Tile
 from fuseplanner.core.kinds import COST_MODELS, DTYPE_BYTES, GROUP_KINDS, OBJECTIVES, PRECISIONS
 from fuseplanner.core.kinds import LAYER_KINDS as TILED_KINDS
 from fuseplanner.cost.execution import check_context, context_time, launch_terms
+from fuseplanner.hw.kernel_fit import GRAPH_THRESHOLD_FIELD, THRESHOLD_FIELD
 from fuseplanner.kernels import tiles as tiles_mod
 from fuseplanner.kernels.family import cost_model, family
 from fuseplanner.planning.candidates import (
@@ -537,7 +538,8 @@ def plan(
 
     rejected = [RejectedPlan(kind=r.kind, nodes=list(r.members), absorbed=list(r.absorbed), stage="graph", reason=r.reason) for r in found.rejected]
     helpful: list[Evaluated] = []
-    margin = float(spec.eff("fuse_min_speedup")) if model == "ours" else 1.0
+    threshold = GRAPH_THRESHOLD_FIELD if context == "graph" else THRESHOLD_FIELD
+    margin = float(spec.eff(threshold)) if model == "ours" else 1.0
     overlap = float(spec.eff("launch_overlap_s")) if model == "ours" else 0.0
     evaluated = [_evaluate(cand, ops, layer, search, _orphaned_add(cand, resid, library), overlap)
                  for cand in found.groups]
@@ -548,7 +550,7 @@ def plan(
             rejected.append(_rejected(cand, "overlap", f"the same group applying the residual Add "
                                                        f"{resid[cand.members[-1]].add!r} is evaluated instead"))
             continue
-        why, stage = _why_not_helpful(ev, objective, margin, decide)
+        why, stage = _why_not_helpful(ev, objective, margin, decide, threshold)
         if why:
             rejected.append(_rejected(cand, stage, why))
         else:
@@ -638,10 +640,13 @@ def _decider(spec, objective: str, context: str) -> Callable[[Cost], float]:
 
 
 def _why_not_helpful(ev: Evaluated, objective: str, margin: float = 1.0,
-                     decide: Callable[[Cost], float] | None = None) -> tuple[str, str]:  # fmt: skip
+                     decide: Callable[[Cost], float] | None = None,
+                     threshold: str = THRESHOLD_FIELD) -> tuple[str, str]:  # fmt: skip
     """Why a feasible candidate is not worth fusing ("" if it is). For the time objective the predicted
-    unfused/fused ratio must reach `margin` (the GPU's `fuse_min_speedup`, fitted to measured fuse
-    decisions: it absorbs the optimism of picking the best-predicted of many fused tiles)."""
+    unfused/fused ratio must reach `margin`, the GPU's `threshold` field: `fuse_min_speedup` (fitted to
+    measured fuse decisions: it absorbs the optimism of picking the best-predicted of many fused
+    tiles) or, deciding in the graph context, `graph_fuse_min_speedup` (chosen on decisions measured
+    in the executor)."""
     if not ev.fused.feasible:
         return ev.fused.reason or "no feasible tile", "tile"
     if not ev.unfused.feasible:
@@ -652,7 +657,7 @@ def _why_not_helpful(ev: Evaluated, objective: str, margin: float = 1.0,
         return f"fused {_fmt(f, objective)} is not below unfused {_fmt(u, objective)}", "gain"
     if objective == "time" and u < margin * f:
         return (f"fused {_fmt(f, objective)} is below unfused {_fmt(u, objective)} by {u / f:.2f}x, under this "
-                f"GPU's fuse_min_speedup {margin:g}x (measured fused kernels fall short of such gains)"), "gain"
+                f"GPU's {threshold} {margin:g}x (measured fused kernels fall short of such gains)"), "gain"
     return "", ""
 
 
