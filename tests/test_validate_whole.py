@@ -87,6 +87,42 @@ def test_markdown_and_json_round_trip(tmp_path):
     assert back == [r]
 
 
+def test_spilled_kernels_are_recorded_and_listed(tmp_path):
+    from types import SimpleNamespace
+
+    from fuseplanner.run.runtime import Spill, spill_of
+    from fuseplanner.validation.whole import read, spilled
+
+    step = SimpleNamespace(label="a+b", kind="pw_dw", tile="12x24/f64/c16/t256")
+
+    def launch(local_bytes):  # a launcher reporting what the compiler gave its kernel
+        return SimpleNamespace(resources=lambda: {"regs": 255, "local_bytes": local_bytes, "blocks": 240})
+
+    assert spill_of(step, launch(0)) is None and spill_of(step, lambda: None) is None  # no spill; no report
+    sp = spill_of(step, launch(16))
+    assert sp == Spill("a+b", "pw_dw", "12x24/f64/c16/t256", 255, 16)
+    assert "255 registers and 16 bytes of local memory" in sp.message()
+    r = _result().model_copy(update={"spills": spilled(SimpleNamespace(spills=(sp,)), "planned")})
+    assert "| m | fp32/fp32 | 1 | planned | a+b | pw_dw | 12x24/f64/c16/t256 | 255 | 16 |" in to_markdown([r])
+    assert "spill" not in to_markdown([_result()])  # no spills: no table
+    js, _ = write([r], tmp_path)
+    assert read(js) == [r]
+    assert read(FIXTURES / "whole_mobilenet_v1.json")[0].spills == []  # results saved before read with none
+
+
+def test_run_summary_notes_each_spilled_kernel(capsys):
+    from types import SimpleNamespace
+
+    from fuseplanner.cli.cmd_run import _summary
+    from fuseplanner.run.runtime import Spill
+
+    sp = Spill("n1+n2", "pw_dw", "12x24/f64/c16/t256", 255, 24)
+    program = SimpleNamespace(counts=lambda: {"pw_dw": 1}, name="m", dtype="fp16", precision="fp32")
+    _summary(SimpleNamespace(program=program, steps=(), memory=2**20, gpu=True, spills=(sp,)))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == f"note: {sp.message()}" and lines[-1].startswith("note: n1+n2 (pw_dw 12x24/f64/c16/t256)")
+
+
 def test_cli_whole_needs_a_gpu(capsys):
     from fuseplanner.cli.main import main
 

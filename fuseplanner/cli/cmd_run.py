@@ -127,6 +127,8 @@ def _summary(net) -> None:
     if fallback:
         first = next(s for s in net.steps if s.reason)
         print(f"note: {fallback} planned-op steps run in the operator library (e.g. {first.label}: {first.reason})")
+    for spill in net.spills:
+        print(f"note: {spill.message()}")
 
 
 def _check(net, args, shapes, inputs, outputs) -> int:

@@ -62,6 +62,12 @@ class CompiledModel:
         self._in_plan, self._out_plan = _copy_plan(program, bound, xp)
 
     @property
+    def spills(self):
+        """The kernel steps whose compiled kernels use local memory (`run.runtime.Spill`): register spills
+        the plan's prediction does not include (GPU only; empty on the CPU)."""
+        return self._bound.spills
+
+    @property
     def memory_plan(self):
         """The activation arena's static memory plan (`run.memory.MemoryPlan`): each tensor's offset."""
         return self._bound.memory

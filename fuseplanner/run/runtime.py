@@ -19,15 +19,44 @@ from fuseplanner.run.memory import MemoryPlan, TensorLife, plan_memory
 from fuseplanner.run.program import KernelStep, LibraryStep, Program
 
 
+@dataclass(frozen=True)
+class Spill:
+    """A kernel step whose compiled kernel uses local memory per thread: register spills (or a stack
+    frame), which the cost model does not price; its time is not what the plan predicts."""
+
+    label: str
+    kind: str
+    tile: str
+    regs: int
+    local_bytes: int
+
+    def message(self) -> str:
+        return (f"{self.label} ({self.kind} {self.tile}) compiled to {self.regs} registers and {self.local_bytes} "
+                "bytes of local memory per thread (register spills): it runs slower than the plan predicts")  # fmt: skip
+
+
+def spill_of(step: KernelStep, launch) -> Spill | None:
+    """The spill of `step`'s compiled kernel (`launch.resources()`, where the launcher reports one), or None."""
+    resources = getattr(launch, "resources", None)
+    if resources is None:
+        return None
+    r = resources()
+    if r.get("local_bytes", 0) <= 0:
+        return None
+    return Spill(step.label, step.kind, str(step.tile), int(r.get("regs", 0)), int(r["local_bytes"]))
+
+
 @dataclass
 class Bound:
-    """A program bound to arrays: `views[name]` per activation tensor and one runner per step."""
+    """A program bound to arrays: `views[name]` per activation tensor, one runner per step, and the
+    kernel steps whose compiled kernels spill."""
 
     program: Program
     memory: MemoryPlan
     arena: object
     views: dict
     runners: list[tuple[object, Callable[[], None] | None]]
+    spills: tuple[Spill, ...] = ()
 
     def run(self) -> None:
         """One inference over the bound arrays, step by step on the current stream."""
@@ -69,7 +98,7 @@ def _views(xp, program: Program, memory: MemoryPlan):
     return arena, views
 
 
-def _kernel_runner(xp, step: KernelStep, views, program: Program, gpu: bool):
+def _kernel_runner(xp, step: KernelStep, views, program: Program, gpu: bool, spills: list[Spill]):
     first, last = step.ops[0], step.ops[-1]
     x = views[step.input].reshape(first.kernel_shape(first.in_shape))  # linear tokens as (images, tokens, C)
     res = views[step.residual].reshape(last.kernel_shape(last.out_shape)) if step.residual else None
@@ -80,6 +109,9 @@ def _kernel_runner(xp, step: KernelStep, views, program: Program, gpu: bool):
         params = [(xp.asarray(w), xp.asarray(b)) for w, b in step.params]
         launch = kernels.prepare(step.kind, step.ops, step.tile, x, params, dtype=program.dtype,
                                  precision=program.precision, residual=res, out=out)  # fmt: skip
+        spill = spill_of(step, launch)
+        if spill is not None:
+            spills.append(spill)
         return lambda: launch()
     from fuseplanner.validation.reference import reference
 
@@ -111,11 +143,12 @@ def bind(program: Program, xp, ops_lib, gpu: bool) -> Bound:
     arena, views = _views(xp, program, memory)
     consts: dict = {}
     runners: list = []
+    spills: list[Spill] = []
     for step in program.steps:
         if isinstance(step, KernelStep):
-            runners.append((step, _kernel_runner(xp, step, views, program, gpu)))
+            runners.append((step, _kernel_runner(xp, step, views, program, gpu, spills)))
         elif step.view:
             runners.append((step, None))
         else:
             runners.append((step, _library_runner(xp, step, views, consts, ops_lib)))
-    return Bound(program, memory, arena, views, runners)
+    return Bound(program, memory, arena, views, runners, tuple(spills))

@@ -42,6 +42,26 @@ class Latency(BaseModel):
     mode: str = "warm-L2"
 
 
+class SpilledKernel(BaseModel):
+    """A kernel step of a measured model whose compiled kernel uses local memory per thread (register
+    spills, `run.runtime.Spill`): the cost model does not price it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    plan: str = Field(description="the model it was compiled in: planned or unfused")
+    label: str
+    kind: str
+    tile: str
+    regs: int
+    local_bytes: int
+
+
+def spilled(compiled, plan: str) -> list[SpilledKernel]:
+    """The spilled kernel steps of a compiled model (`CompiledModel.spills`)."""
+    return [SpilledKernel(plan=plan, label=s.label, kind=s.kind, tile=s.tile, regs=s.regs, local_bytes=s.local_bytes)
+            for s in compiled.spills]  # fmt: skip
+
+
 class StepTiming(BaseModel):
     """One executor step's measured time (`WholeResult.step_mode`) beside its graph-context prediction."""
 
@@ -92,6 +112,8 @@ class WholeResult(BaseModel):
                                            "runs measured for them (validation.whole_decisions)")  # fmt: skip
     traffic: TrafficComparison | None = Field(default=None, description="whole-inference DRAM and L2 bytes, "
                                               "predicted and measured (validation.whole_traffic)")  # fmt: skip
+    spills: list[SpilledKernel] = Field(default_factory=list, description="kernel steps whose compiled kernels "
+                                        "spill registers to local memory, in the planned and the unfused model")  # fmt: skip
 
 
 def owners(plan, graph) -> dict[str, str]:
@@ -188,7 +210,19 @@ def to_markdown(results: Sequence[WholeResult]) -> str:
         p90 = "n/a" if r.step_error_p90 is None else f"{100 * r.step_error_p90:.1f}%"
         lines.append(f"| {r.model} | {r.dtype}/{r.precision} | {r.batch} | {r.step_mode} | {len(r.steps)} | {med} | {p90} | "
                      f"{len(r.unmatched_steps)} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _spill_lines(results)) + "\n"
+
+
+def _spill_lines(results: Sequence[WholeResult]) -> list[str]:
+    """A table of the kernels that spill (none: no table): their times are not what the model predicts."""
+    rows = [(r, s) for r in results for s in r.spills]
+    if not rows:
+        return []
+    lines = ["", "## Kernels that spill registers (local memory per thread; not in the cost model)", "",
+             "| model | dtype | batch | plan | step | kind | tile | registers | local bytes |",
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    return lines + [f"| {r.model} | {r.dtype}/{r.precision} | {r.batch} | {s.plan} | {s.label} | {s.kind} | {s.tile} | "
+                    f"{s.regs} | {s.local_bytes} |" for r, s in rows]  # fmt: skip
 
 
 def write(results: Sequence[WholeResult], out: Path) -> tuple[Path, Path]:
@@ -242,6 +276,10 @@ def measure(model, spec, *, dtype: str = "fp32", precision: str = "fp32", batch:
 
     fused = build(plan, f"the {context}-context plan ({len(plan.groups)} groups)")
     bare = build(None, "the unfused model", fuse=False)
+    spills = spilled(fused, "planned") + spilled(bare, "unfused")
+    for sp in spills:
+        say(f"{graph.name}: {sp.plan} {sp.label} ({sp.kind} {sp.tile}) spills: {sp.regs} registers, "
+            f"{sp.local_bytes} bytes of local memory per thread")  # fmt: skip
     say(f"{graph.name}: benching planned and unfused, {replays} CUDA-graph replays each")
     rec_p, rec_u = fused.bench(replays=replays), bare.bench(replays=replays)
     times = _time_steps(fused, "planned", step_mode, step_repeats, say)
@@ -261,7 +299,7 @@ def measure(model, spec, *, dtype: str = "fp32", precision: str = "fp32", batch:
         traffic = _counters(result.traffic, model, spec, plan, dict(dtype=dtype, precision=precision, batch=batch,
                                                                     input_shapes=input_shapes), require_counters)  # fmt: skip
         result = result.model_copy(update={"traffic": traffic})
-    return result.model_copy(update={"unfused_steps": unfused_steps, "decisions": data})
+    return result.model_copy(update={"unfused_steps": unfused_steps, "decisions": data, "spills": spills})
 
 
 def _counters(traffic: TrafficComparison, model, spec, plan, kw: dict, require: bool) -> TrafficComparison:

@@ -25,6 +25,8 @@ def test_measure_mobilenet_v1():
     assert len(r.steps) >= r.launches_planned - 2  # every kernel step matched by label (views aside)
     assert r.unmatched_steps == [], r.unmatched_steps
     assert -0.9 < r.error_planned < 2.0  # a sanity range, not an accuracy target
+    kernels = {s.label for s in r.steps} | {s.label for s in r.unfused_steps}
+    assert all(sp.plan in ("planned", "unfused") and sp.local_bytes > 0 and sp.label in kernels for sp in r.spills)
 
 
 def test_cli_whole_writes_json_and_markdown(tmp_path):
