@@ -95,10 +95,11 @@ def test_spilled_kernels_are_recorded_and_listed(tmp_path):
 
     step = SimpleNamespace(label="a+b", kind="pw_dw", tile="12x24/f64/c16/t256")
 
-    def launch(local_bytes):  # a launcher reporting what the compiler gave its kernel
-        return SimpleNamespace(resources=lambda: {"regs": 255, "local_bytes": local_bytes, "blocks": 240})
+    def launch(local_bytes, regs=255):  # a launcher reporting what the compiler gave its kernel
+        return SimpleNamespace(resources=lambda: {"regs": regs, "local_bytes": local_bytes, "blocks": 240})
 
     assert spill_of(step, launch(0)) is None and spill_of(step, lambda: None) is None  # no spill; no report
+    assert spill_of(step, launch(16, regs=64)) is None  # local memory under the ceiling: a stack frame
     sp = spill_of(step, launch(16))
     assert sp == Spill("a+b", "pw_dw", "12x24/f64/c16/t256", 255, 16)
     assert "255 registers and 16 bytes of local memory" in sp.message()
@@ -118,9 +119,13 @@ def test_run_summary_notes_each_spilled_kernel(capsys):
 
     sp = Spill("n1+n2", "pw_dw", "12x24/f64/c16/t256", 255, 24)
     program = SimpleNamespace(counts=lambda: {"pw_dw": 1}, name="m", dtype="fp16", precision="fp32")
-    _summary(SimpleNamespace(program=program, steps=(), memory=2**20, gpu=True, spills=(sp,)))
+    _summary(SimpleNamespace(program=program, steps=(), memory=2**20, gpu=True, spills=(sp,), avoided=()))
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1] == f"note: {sp.message()}" and lines[-1].startswith("note: n1+n2 (pw_dw 12x24/f64/c16/t256)")
+    _summary(SimpleNamespace(program=program, steps=(), memory=2**20, gpu=True, spills=(), avoided=(sp,)))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1].startswith("note: planned again without the kernel of n1+n2 (pw_dw 12x24/f64/c16/t256")
+    assert "255 registers, 24 bytes of local memory" in lines[-1]
 
 
 def test_cli_whole_needs_a_gpu(capsys):

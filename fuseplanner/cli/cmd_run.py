@@ -127,6 +127,10 @@ def _summary(net) -> None:
     if fallback:
         first = next(s for s in net.steps if s.reason)
         print(f"note: {fallback} planned-op steps run in the operator library (e.g. {first.label}: {first.reason})")
+    for spill in net.avoided:
+        print(f"note: planned again without the kernel of {spill.label} ({spill.kind} {spill.tile}, and any of the same "
+              f"shapes and tile): the compiler spilled registers in it ({spill.regs} registers, {spill.local_bytes} "
+              "bytes of local memory per thread)")  # fmt: skip
     for spill in net.spills:
         print(f"note: {spill.message()}")
 

@@ -108,6 +108,8 @@ class TileSearch:
     evaluated: int = 0
     #: searches where `cost.best_tile` disagreed with `estimate` (then searched with `estimate`); 0
     mismatches: int = 0
+    #: kernels never chosen (`kernel_key`s): e.g. those the compiler spilled registers in on this GPU
+    excluded: frozenset = frozenset()
 
     def __post_init__(self) -> None:
         self._estimate, self._estimate_op = _cost_functions()
@@ -128,10 +130,14 @@ class TileSearch:
     def _candidates(self, kind: str, ops: tuple[Op, ...]) -> list[tuple[Tile, int, int]]:
         """`tiles.feasible_candidates` (tile, shared memory, registers), shared by the residual and
         plain variants of a group."""
-        key = ("tiles", kind, tuple(_signature(op) for op in ops))
+        sigs = tuple(_signature(op) for op in ops)
+        key = ("tiles", kind, sigs)
         hit = self.cache.get(key)
         if hit is None:
-            hit = self.cache[key] = tiles_mod.feasible_candidates(kind, ops, self.dtype, self.gpu)
+            hit = tiles_mod.feasible_candidates(kind, ops, self.dtype, self.gpu)
+            if self.excluded:
+                hit = [c for c in hit if (kind, sigs, c[0]) not in self.excluded]
+            self.cache[key] = hit
         return hit
 
     def _cost(self, kind: str, ops: tuple[Op, ...], tile: Tile, residual: bool) -> Cost:
@@ -229,6 +235,12 @@ class TileSearch:
         return hit
 
 
+def kernel_key(kind: str, ops: Sequence[Op], tile: Tile) -> tuple:
+    """What identifies one compiled kernel for the planner: kind, member signatures (batch applied) and
+    tile (`plan(..., exclude=...)` takes these)."""
+    return (kind, tuple(_signature(op) for op in ops), tile)
+
+
 def search_key(kind: str, ops: Sequence[Op], residual: bool) -> tuple:
     """Cache key of a tile search: the kernel kind, the residual flag and the member signatures."""
     return (kind, residual, tuple(_signature(op) for op in ops))
@@ -252,15 +264,16 @@ def shared_searches() -> Iterator[None]:
         _SHARED = outer
 
 
-def tile_search(spec, dtype: str, batch: int, objective: str, model: str, precision: str) -> TileSearch:
+def tile_search(spec, dtype: str, batch: int, objective: str, model: str, precision: str,
+                excluded: frozenset = frozenset()) -> TileSearch:  # fmt: skip
     """The `TileSearch` of this planning context: the shared one inside `shared_searches` (made on
     first use), else a new one."""
     if _SHARED is None:
-        return TileSearch(spec, dtype, batch, objective, model, precision)
-    key = (id(spec), dtype, batch, objective, model, precision)
+        return TileSearch(spec, dtype, batch, objective, model, precision, excluded=excluded)
+    key = (id(spec), dtype, batch, objective, model, precision, excluded)
     hit = _SHARED.get(key)
     if hit is None or hit.gpu is not spec:
-        hit = _SHARED[key] = TileSearch(spec, dtype, batch, objective, model, precision)
+        hit = _SHARED[key] = TileSearch(spec, dtype, batch, objective, model, precision, excluded=excluded)
     return hit
 
 
@@ -280,13 +293,15 @@ def _weight(job: tuple[str, tuple[Op, ...], bool]) -> int:
 
 
 def _context(search: TileSearch) -> tuple:
-    return (search.gpu, search.dtype, search.batch, search.objective, search.model, search.precision)
+    return (search.gpu, search.dtype, search.batch, search.objective, search.model, search.precision,
+            search.excluded)  # fmt: skip
 
 
 def _search_chunk(payload: tuple) -> list[tuple[tuple, Choice]]:
     """Worker: search a chunk of jobs in a fresh TileSearch with the parent's context."""
     ctx, items = payload
-    search = TileSearch(*ctx)
+    *head, excluded = ctx
+    search = TileSearch(*head, excluded=excluded)
     with _gc_paused():
         return [(key, search._search(kind, ops, residual)) for key, (kind, ops, residual) in items]
 
@@ -493,6 +508,7 @@ def plan(
     precision: str = "fp32",
     workers: int | None = None,
     context: str = "isolated",
+    exclude: Iterable[tuple] = (),
 ):
     """Plan which DW/PW layers of `graph` to fuse on `gpu`, with which tiles.
 
@@ -504,7 +520,9 @@ def plan(
     the usable CPUs when the model has many distinct kernels; 1 searches in this process, e.g. in a
     threaded server where forking is unwelcome); context: the execution context the time objective
     decides in (`fuseplanner.cost.execution`: "isolated" launches, or "graph" replay, where each
-    launch's floor is the spec's graph tail; the plan's costs stay isolated-context). Returns a `Plan`.
+    launch's floor is the spec's graph tail; the plan's costs stay isolated-context); exclude: kernels
+    (`kernel_key`s) never to choose, e.g. those the compiler spilled registers in (`fuseplanner.compile`
+    plans again without them). Returns a `Plan`.
     """
     from fuseplanner.planning.result import CostModel, GroupPlan, LayerPlan, Plan, RejectedPlan, Totals
 
@@ -514,9 +532,10 @@ def plan(
     decide = _decider(spec, objective, context)
     b = model_batch(graph) if batch is None else batch
     ops = {op.name: op.with_batch(b) for op in graph.ops()}
-    search = tile_search(spec, dtype, b, objective, model, precision)
+    excluded = frozenset(exclude)
+    search = tile_search(spec, dtype, b, objective, model, precision, excluded)
     # the layer-by-layer baseline runs each layer with its fastest tile whatever the objective
-    base = search if objective == "time" else tile_search(spec, dtype, b, "time", model, precision)
+    base = search if objective == "time" else tile_search(spec, dtype, b, "time", model, precision, excluded)
     found = find_candidates(graph, allowed)
     resid = layer_residuals(graph)
     jobs = [(op.kind, (op,), "add" in op.epilogue) for op in ops.values() if op.kind in TILED_KINDS]
@@ -588,9 +607,17 @@ def plan(
         layers=layers,
         totals=Totals(unfused=CostModel.from_cost(unfused_total), planned=CostModel.from_cost(planned_total)),
         rejected=rejected,
-        warnings=spec.warnings(kernel_fit=model == "ours", **({"graph": True} if context == "graph" else {})),
+        warnings=spec.warnings(kernel_fit=model == "ours", **({"graph": True} if context == "graph" else {}))
+        + _excluded_warning(excluded),
         context=context,
     )
+
+
+def _excluded_warning(excluded: frozenset) -> list[str]:
+    if not excluded:
+        return []
+    return [f"{len(excluded)} kernel tile(s) left out of the search (the compiler spilled registers in them "
+            "on this GPU): the plan uses the best of the others"]  # fmt: skip
 
 
 def _group_job(cand: Candidate, ops: dict[str, Op]) -> tuple[str, tuple[Op, ...], bool]:

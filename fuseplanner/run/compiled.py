@@ -56,6 +56,7 @@ class CompiledModel:
 
     def __init__(self, program: Program, plan, bound: Bound, xp, gpu: bool) -> None:
         self.program, self.plan, self._bound, self._xp, self.gpu = program, plan, bound, xp, gpu
+        self.avoided: tuple = ()  # spills of earlier plans that `compile` planned again without (`without_spills`)
         self.steps = tuple(_step_info(s) for s in program.steps)
         self.memory = bound.memory.arena_bytes
         self._graph = self._stream = self._pool = self._io = None
@@ -229,11 +230,18 @@ def _spec(spec, device: str):
     return gpu(spec) if isinstance(spec, str) else spec
 
 
+#: Plans made again at most this many times to leave out kernels the compiler spilled registers in.
+MAX_REPLANS = 3
+
+
 def compile(model, spec=None, plan=None, *, dtype: str = "fp32", precision: str = "fp32", batch: int | None = None,
-            fuse: bool = True, seed: int = 0, device: str = "gpu", input_shapes=None, ops_lib=None) -> CompiledModel:  # fmt: skip
+            fuse: bool = True, seed: int = 0, device: str = "gpu", input_shapes=None, ops_lib=None,
+            avoid_spills: bool = True) -> CompiledModel:  # fmt: skip
     """Compile `model` (path, bundled name or ModelProto) to run as `plan` says on `spec` ("auto": this
-    GPU). plan=None plans it (fuse=False: every dw/pw/linear op on its own kernel with its best tile).
-    device "gpu" runs with CuPy and CUDA graphs; "cpu" runs the same program in NumPy."""
+    GPU). plan=None plans it (fuse=False: every dw/pw/linear op on its own kernel with its best tile)
+    and, with `avoid_spills`, plans it again without the kernels the compiler spilled registers in
+    (`CompiledModel.avoided`); a given plan is compiled as it is (`CompiledModel.spills` names its
+    spilled kernels). device "gpu" runs with CuPy and CUDA graphs; "cpu" runs the same program in NumPy."""
     if dtype not in DTYPES or precision not in PRECISIONS or device not in ("gpu", "cpu"):
         raise PlanError(f"bad options dtype={dtype!r} precision={precision!r} device={device!r}: use dtype fp32|fp16, "
                         "precision fp32|tf32, device gpu|cpu")  # fmt: skip
@@ -248,13 +256,41 @@ def compile(model, spec=None, plan=None, *, dtype: str = "fp32", precision: str 
     from fuseplanner.planning.search import model_batch
     from fuseplanner.planning.search import plan as make_plan
 
-    if plan is None:
-        plan = make_plan(graph, gpu_spec, dtype=dtype, precision=precision, kinds=None if fuse else [])
-    elif not fuse:
-        raise PlanError("give either a plan or fuse=False (--plan or --no-fuse), not both")
-    check_plan(plan, graph, gpu_spec.name, dtype, precision, model_batch(graph))
-    program = build_program(prepared, graph, plan, dtype=dtype, precision=precision, ops_lib=ops_lib)
-    return _bind(program, plan, ops_lib, device)
+    def planned(exclude=()):
+        return make_plan(graph, gpu_spec, dtype=dtype, precision=precision, kinds=None if fuse else [], exclude=exclude)
+
+    def built(p) -> CompiledModel:
+        check_plan(p, graph, gpu_spec.name, dtype, precision, model_batch(graph))
+        return _bind(build_program(prepared, graph, p, dtype=dtype, precision=precision, ops_lib=ops_lib), p, ops_lib,
+                     device)  # fmt: skip
+
+    if plan is not None:
+        if not fuse:
+            raise PlanError("give either a plan or fuse=False (--plan or --no-fuse), not both")
+        return built(plan)
+    compiled = built(planned())
+    return without_spills(compiled, planned, built) if avoid_spills else compiled
+
+
+def without_spills(compiled: CompiledModel, planned, built) -> CompiledModel:
+    """`compiled`, or where the compiler spilled registers in its kernels, the model planned again
+    without those kernels (`planning.search.kernel_key`), at most MAX_REPLANS times: `planned(exclude)`
+    makes a plan, `built(plan)` compiles one. The result's `avoided` lists the spills left behind."""
+    from fuseplanner.planning.search import kernel_key
+
+    excluded: set = set()
+    avoided: list = []
+    for _ in range(MAX_REPLANS):
+        steps = {s.label: s for s in compiled.program.steps if isinstance(s, KernelStep)}
+        keys = {kernel_key(steps[sp.label].kind, steps[sp.label].ops, steps[sp.label].tile): sp for sp in compiled.spills}
+        new = {k: sp for k, sp in keys.items() if k not in excluded}
+        if not new:
+            break
+        excluded.update(new)
+        avoided += new.values()
+        compiled = built(planned(frozenset(excluded)))
+    compiled.avoided = tuple(avoided)
+    return compiled
 
 
 def _bind(program: Program, plan, ops_lib, device: str) -> CompiledModel:

@@ -21,8 +21,10 @@ from fuseplanner.run.program import KernelStep, LibraryStep, Program
 
 @dataclass(frozen=True)
 class Spill:
-    """A kernel step whose compiled kernel uses local memory per thread: register spills (or a stack
-    frame), which the cost model does not price; its time is not what the plan predicts."""
+    """A kernel step whose compiled kernel ran out of registers: it holds the per-thread ceiling
+    (`kernels.registers.MAX_REGS_PER_THREAD`) and keeps the rest in local memory, which the cost model
+    does not price; its time is not what the plan predicts. (Local memory under the ceiling is a stack
+    frame, e.g. an indexed local array: not a spill, not reported here.)"""
 
     label: str
     kind: str
@@ -36,12 +38,15 @@ class Spill:
 
 
 def spill_of(step: KernelStep, launch) -> Spill | None:
-    """The spill of `step`'s compiled kernel (`launch.resources()`, where the launcher reports one), or None."""
+    """The spill of `step`'s compiled kernel (`launch.resources()`, where the launcher reports one): at
+    the register ceiling with local memory; None otherwise."""
+    from fuseplanner.kernels.registers import MAX_REGS_PER_THREAD
+
     resources = getattr(launch, "resources", None)
     if resources is None:
         return None
     r = resources()
-    if r.get("local_bytes", 0) <= 0:
+    if r.get("local_bytes", 0) <= 0 or r.get("regs", 0) < MAX_REGS_PER_THREAD:
         return None
     return Spill(step.label, step.kind, str(step.tile), int(r.get("regs", 0)), int(r["local_bytes"]))
 

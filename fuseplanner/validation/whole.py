@@ -272,7 +272,7 @@ def measure(model, spec, *, dtype: str = "fp32", precision: str = "fp32", batch:
     def build(p, what: str, **kw):
         say(f"{graph.name}: compiling {what}")
         return fuseplanner.compile(model, spec, p, dtype=dtype, precision=precision, batch=batch,
-                                   input_shapes=input_shapes, **kw)  # fmt: skip
+                                   input_shapes=input_shapes, avoid_spills=False, **kw)  # fmt: skip
 
     fused = build(plan, f"the {context}-context plan ({len(plan.groups)} groups)")
     bare = build(None, "the unfused model", fuse=False)

@@ -203,7 +203,7 @@ def compile_variants(result, spec, model=None) -> dict:
     if missing:
         raise PlanError(f"{result.model}: spec {spec.name} plans differently from the measured run (no step "
                         f"{missing[0]!r}): simulating needs the measured plan")  # fmt: skip
-    return {"planned": planned, "unfused": fuseplanner.compile(model or result.model, spec, None, fuse=False, **kw)}
+    return {"planned": planned, "unfused": fuseplanner.compile(model or result.model, spec, None, fuse=False, avoid_spills=False, **kw)}
 
 
 def evaluate(result, spec, model=None, line_bytes: int = LINE_BYTES, capacity_bytes: float | None = None) -> LruRow:

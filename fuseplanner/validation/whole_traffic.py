@@ -150,7 +150,7 @@ def worker(job_path: str) -> None:
     job = pickle.loads(Path(job_path).read_bytes())
     kw = {"dtype": job["dtype"], "precision": job["precision"], "batch": job["batch"], "input_shapes": job["input_shapes"]}
     models = [fuseplanner.compile(job["model"], job["spec"], job["plan"], **kw),
-              fuseplanner.compile(job["model"], job["spec"], None, fuse=False, **kw)]  # fmt: skip
+              fuseplanner.compile(job["model"], job["spec"], None, fuse=False, avoid_spills=False, **kw)]  # fmt: skip
     markers = Markers(cp)
     rng = np.random.default_rng(0)
     for m in models:

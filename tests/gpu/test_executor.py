@@ -180,3 +180,20 @@ def test_elementwise_chains_on_the_gpu(name, dtype):
     for k in ref:  # float32 registers through a chain: as exact as the separate steps (fp16: more exact)
         assert relative_error(a[k], b[k]) <= (1e-5 if dtype == "fp32" else 2e-2), k
     assert compare(a, ref, dtype, "fp32").ok
+
+
+def test_planned_models_leave_out_the_kernels_the_compiler_spills():
+    """`compile` with no plan plans again without the kernels whose compiled code spills registers: none
+    of the kernels it left out is in the program it returns, and the ones its steps still spill (only
+    after MAX_REPLANS plans) are reported. A given plan is compiled as it is."""
+    from fuseplanner.planning.search import kernel_key
+    from fuseplanner.run.compiled import MAX_REPLANS
+    from fuseplanner.run.program import KernelStep
+
+    net = compile("mobilenet_v1", "h100", dtype="fp16", batch=8)
+    keys = {kernel_key(s.kind, s.ops, s.tile): s.label for s in net.program.steps if isinstance(s, KernelStep)}
+    avoided = {s.label for s in net.avoided}
+    assert len(avoided) <= MAX_REPLANS * len(keys)
+    assert not net.spills or len(net.avoided) >= MAX_REPLANS  # spills remain only once the re-plans ran out
+    as_given = compile("mobilenet_v1", "h100", net.plan, dtype="fp16", batch=8)
+    assert as_given.avoided == () and as_given.plan is net.plan
