@@ -64,8 +64,8 @@ class CompiledModel:
 
     @property
     def spills(self):
-        """The kernel steps whose compiled kernels use local memory (`run.runtime.Spill`): register spills
-        the plan's prediction does not include (GPU only; empty on the CPU)."""
+        """The kernel steps whose compiled kernels spill registers (`run.runtime.Spill`: at the register
+        ceiling with local memory), which the plan's prediction does not include (GPU only; empty on the CPU)."""
         return self._bound.spills
 
     @property
