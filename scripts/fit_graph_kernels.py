@@ -25,6 +25,7 @@ from fuseplanner.frontend.load import load_model
 from fuseplanner.hw.spec import gpu
 from fuseplanner.planning.search import plan as make_plan
 from fuseplanner.planning.whole import predict_whole
+from fuseplanner.validation.microbench import apply_measured
 from fuseplanner.validation.whole import read
 
 FIELDS = ("graph_lbl_kernel_s", "graph_fused_kernel_s")
@@ -46,8 +47,7 @@ def runs(paths: list[str], spec):
 
 
 def with_values(spec, x):
-    return type(spec).model_validate({**spec.model_dump(), "fit": spec.fit.model_copy(update=dict(zip(FIELDS, x,
-                                                                                                   strict=True)))})  # fmt: skip
+    return apply_measured(spec, dict(zip(FIELDS, x, strict=True)))  # fit parameters: they replace the fit's values
 
 
 def residuals(rows, spec, x) -> np.ndarray:

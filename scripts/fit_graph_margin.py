@@ -20,6 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from fuseplanner.frontend.holdout import holdout_models
 from fuseplanner.hw.kernel_fit import GRAPH_THRESHOLD_FIELD
 from fuseplanner.hw.spec import gpu
+from fuseplanner.validation.microbench import apply_measured
 from fuseplanner.validation.whole import read
 from fuseplanner.validation.whole_decisions import score
 from fuseplanner.validation.whole_redecide import redecide
@@ -28,7 +29,7 @@ VALUES = (1.0, 1.02, 1.05, 1.1)
 
 
 def with_threshold(spec, value: float):
-    return type(spec).model_validate({**spec.model_dump(), "fit": spec.fit.model_copy(update={GRAPH_THRESHOLD_FIELD: value})})
+    return apply_measured(spec, {GRAPH_THRESHOLD_FIELD: value})  # a fit parameter: it replaces the fit's value
 
 
 def graph_score(job: tuple[str, str, float]) -> tuple[int, int, float]:

@@ -130,13 +130,12 @@ class TileSearch:
     def _candidates(self, kind: str, ops: tuple[Op, ...]) -> list[tuple[Tile, int, int]]:
         """`tiles.feasible_candidates` (tile, shared memory, registers), shared by the residual and
         plain variants of a group."""
-        sigs = tuple(_signature(op) for op in ops)
-        key = ("tiles", kind, sigs)
+        key = ("tiles", kind, tuple(_signature(op) for op in ops))
         hit = self.cache.get(key)
         if hit is None:
             hit = tiles_mod.feasible_candidates(kind, ops, self.dtype, self.gpu)
             if self.excluded:
-                hit = [c for c in hit if (kind, sigs, c[0]) not in self.excluded]
+                hit = [c for c in hit if kernel_key(kind, ops, c[0]) not in self.excluded]
             self.cache[key] = hit
         return hit
 

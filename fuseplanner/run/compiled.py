@@ -282,8 +282,8 @@ def without_spills(compiled: CompiledModel, planned, built) -> CompiledModel:
     avoided: list = []
     for _ in range(MAX_REPLANS):
         steps = {s.label: s for s in compiled.program.steps if isinstance(s, KernelStep)}
-        keys = {kernel_key(steps[sp.label].kind, steps[sp.label].ops, steps[sp.label].tile): sp for sp in compiled.spills}
-        new = {k: sp for k, sp in keys.items() if k not in excluded}
+        spilled = ((steps[sp.label], sp) for sp in compiled.spills)
+        new = {k: sp for k, sp in ((kernel_key(st.kind, st.ops, st.tile), sp) for st, sp in spilled) if k not in excluded}
         if not new:
             break
         excluded.update(new)
