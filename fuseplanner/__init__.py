@@ -17,6 +17,7 @@ _LAZY = {
     "predict_whole": ("fuseplanner.planning.whole", "predict_whole"),
     "compile": ("fuseplanner.run.compiled", "compile"),
     "CompiledModel": ("fuseplanner.run.compiled", "CompiledModel"),
+    "tune": ("fuseplanner.validation.tune", "tune_model"),
 }
 
 
@@ -39,6 +40,7 @@ __all__ = [
     "predict_whole",
     "compile",
     "CompiledModel",
+    "tune",
     "__version__",
     "Cost",
     "DeviceError",

@@ -44,6 +44,12 @@ def register(subparsers) -> None:
                    help="gpu (default) or cpu (NumPy, planned kernels by the float64 reference, TF32 operands rounded "
                    "with --precision tf32)")
     p.add_argument("--seed", type=int, default=0, help="seed of generated weights and inputs (default 0)")
+    p.add_argument("--tune", action="store_true",
+                   help="keep only the fused groups that measure faster than their unfused layers on this GPU (each "
+                   "step timed in graph mode; re-planned without the others, at most --tune-rounds times)")
+    p.add_argument("--tune-rounds", type=positive_int, default=3, metavar="N", help="rounds of --tune (default 3)")
+    p.add_argument("--save-plan", default=None, metavar="PLAN.json",
+                   help="write the plan the model ran with (the tuned plan with --tune), for --plan")
     p.set_defaults(func=run)
 
 
@@ -62,12 +68,15 @@ def _input_files(items: list[str]) -> dict[str, Path]:
 def _check_args(args: argparse.Namespace) -> dict[str, Path]:
     if args.plan and args.no_fuse:
         raise PlanError("give either --plan or --no-fuse, not both")
-    if (args.bench or args.nodes) and args.device != "gpu":
-        raise PlanError("--bench and --nodes time the GPU: they need --device gpu")
-    if args.output:
-        from fuseplanner.cli.cmd_plan import check_output_path
+    if (args.bench or args.nodes or args.tune) and args.device != "gpu":
+        raise PlanError("--bench, --nodes and --tune time the GPU: they need --device gpu")
+    if args.tune and (args.plan or args.no_fuse):
+        raise PlanError("--tune plans the model itself: give it without --plan or --no-fuse")
+    from fuseplanner.cli.cmd_plan import check_output_path
 
-        check_output_path(args.output, "--output")
+    for path, flag in ((args.output, "--output"), (args.save_plan, "--save-plan")):
+        if path:
+            check_output_path(path, flag)
     return _input_files(args.input)
 
 
@@ -98,8 +107,14 @@ def run(args: argparse.Namespace) -> int:
     files = _check_args(args)
     shapes = parse_input_shapes(args.input_shape)
     plan = load_plan(args.plan) if args.plan else None
-    net = compile_model(args.model, args.gpu, plan, dtype=args.dtype, precision=args.precision, batch=args.batch,
-                        fuse=not args.no_fuse, seed=args.seed, device=args.device, input_shapes=shapes)  # fmt: skip
+    tuned = _tuned(args, shapes) if args.tune else None
+    net = tuned.compiled if tuned else compile_model(
+        args.model, args.gpu, plan, dtype=args.dtype, precision=args.precision, batch=args.batch,
+        fuse=not args.no_fuse, seed=args.seed, device=args.device, input_shapes=shapes)  # fmt: skip
+    if args.save_plan:
+        from fuseplanner.planning.export import to_json, write_text
+
+        print(f"wrote plan to {write_text(to_json(net.plan), args.save_plan)}")
     inputs = _inputs(net, files, args.seed)
     outputs = net(inputs)
     _summary(net)
@@ -172,3 +187,37 @@ def _bench(net, replays: int) -> None:
               f"whole call host {r.call_host_s * 1e6:.1f} us (+{r.overhead_s * 1e6:.1f} us), "
               f"zero-copy launch() host {r.bound_host_s * 1e6:.1f} us (+{r.bound_overhead_s * 1e6:.1f} us)")
     print(f"plan's predicted kernel total: {predicted * 1e6:.1f} us")
+
+
+def _tuned(args, shapes):
+    from fuseplanner.validation.tune import tune_model
+
+    tuned = tune_model(args.model, args.gpu, dtype=args.dtype, precision=args.precision, batch=args.batch,
+                       seed=args.seed, input_shapes=shapes, rounds=args.tune_rounds, replays=args.replays,
+                       say=print)  # fmt: skip
+    _tuning_report(tuned)
+    return tuned
+
+
+def _tuning_report(tuned) -> None:
+    """One line per group measured, then what the tuning changed and the whole models' latencies."""
+    from fuseplanner.validation.tune import LATENCY_ROUNDS
+
+    t = tuned.tuning
+    print("tuning: each group's planned steps against the unfused steps over the same nodes, graph mode (medians)")
+    for v in t.verdicts:
+        if not v.measured:
+            print(f"  round {v.round}  {v.kind:<8} {v.tile:<18} not measured (no kernel step of its own)  {v.label}")
+            continue
+        verdict = "kept" if v.kept else "dropped"
+        print(f"  round {v.round}  {v.kind:<8} {v.tile:<18} fused {v.fused_s * 1e6:7.2f} us  unfused "
+              f"{v.unfused_s * 1e6:7.2f} us  saves {v.saving_s * 1e6:+7.2f} us  {verdict:<7}  {v.label}")  # fmt: skip
+    first, final = len(tuned.first.plan.groups), len(tuned.tuned.plan.groups)
+    print(f"tuned plan: {final} groups (first plan {first}); {len(t.dropped)} dropped as measured no faster fused, "
+          f"{t.rounds} round(s)")  # fmt: skip
+    if t.unmeasured:
+        print(f"note: {len(t.unmeasured)} groups of the tuned plan were not measured (last round's re-plan, or run in "
+              f"the operator library), e.g. {t.unmeasured[0]}")  # fmt: skip
+    lat = ", ".join(f"{name} {s * 1e6:.1f} us" for name, s in tuned.latency.items())
+    print(f"whole model, CUDA graph, warm L2, median of {LATENCY_ROUNDS} interleaved rounds: {lat}; running the "
+          f"{tuned.chosen} ({len(tuned.compiled.plan.groups)} groups)")  # fmt: skip

@@ -135,7 +135,8 @@ class TileSearch:
         if hit is None:
             hit = tiles_mod.feasible_candidates(kind, ops, self.dtype, self.gpu)
             if self.excluded:
-                hit = [c for c in hit if kernel_key(kind, ops, c[0]) not in self.excluded]
+                hit = [] if kernel_key(kind, ops, None) in self.excluded else [
+                    c for c in hit if kernel_key(kind, ops, c[0]) not in self.excluded]
             self.cache[key] = hit
         return hit
 
@@ -234,9 +235,10 @@ class TileSearch:
         return hit
 
 
-def kernel_key(kind: str, ops: Sequence[Op], tile: Tile) -> tuple:
+def kernel_key(kind: str, ops: Sequence[Op], tile: Tile | None) -> tuple:
     """What identifies one compiled kernel for the planner: kind, member signatures (batch applied) and
-    tile (`plan(..., exclude=...)` takes these)."""
+    tile (`plan(..., exclude=...)` takes these); tile None stands for every tile of that kind over
+    those members (excluded, the planner never fuses them)."""
     return (kind, tuple(_signature(op) for op in ops), tile)
 
 
@@ -521,7 +523,8 @@ def plan(
     decides in (`fuseplanner.cost.execution`: "isolated" launches, or "graph" replay, where each
     launch's floor is the spec's graph tail; the plan's costs stay isolated-context); exclude: kernels
     (`kernel_key`s) never to choose, e.g. those the compiler spilled registers in (`fuseplanner.compile`
-    plans again without them). Returns a `Plan`.
+    plans again without them), or with tile None whole groups, e.g. those measured slower fused than
+    unfused (`fuseplanner.tune`). Returns a `Plan`.
     """
     from fuseplanner.planning.result import CostModel, GroupPlan, LayerPlan, Plan, RejectedPlan, Totals
 
@@ -613,10 +616,16 @@ def plan(
 
 
 def _excluded_warning(excluded: frozenset) -> list[str]:
-    if not excluded:
-        return []
-    return [f"{len(excluded)} kernel tile(s) left out of the search (the compiler spilled registers in them "
-            "on this GPU): the plan uses the best of the others"]  # fmt: skip
+    tiles = sum(1 for k in excluded if k[2] is not None)
+    groups = len(excluded) - tiles
+    out = []
+    if tiles:
+        out.append(f"{tiles} kernel tile(s) left out of the search (the compiler spilled registers in them on this "
+                   "GPU): the plan uses the best of the others")  # fmt: skip
+    if groups:
+        out.append(f"{groups} fused kernel(s) left out whatever their tile (measured no faster fused than unfused on "
+                   "this GPU): their layers run layer by layer or in other groups")  # fmt: skip
+    return out
 
 
 def _group_job(cand: Candidate, ops: dict[str, Op]) -> tuple[str, tuple[Op, ...], bool]:

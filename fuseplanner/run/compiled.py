@@ -14,7 +14,7 @@ the same program on NumPy arrays, planned kernels by the float64 reference cast 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -236,12 +236,14 @@ MAX_REPLANS = 3
 
 def compile(model, spec=None, plan=None, *, dtype: str = "fp32", precision: str = "fp32", batch: int | None = None,
             fuse: bool = True, seed: int = 0, device: str = "gpu", input_shapes=None, ops_lib=None,
-            avoid_spills: bool = True) -> CompiledModel:  # fmt: skip
+            avoid_spills: bool = True, exclude: Iterable[tuple] = ()) -> CompiledModel:  # fmt: skip
     """Compile `model` (path, bundled name or ModelProto) to run as `plan` says on `spec` ("auto": this
     GPU). plan=None plans it (fuse=False: every dw/pw/linear op on its own kernel with its best tile)
     and, with `avoid_spills`, plans it again without the kernels the compiler spilled registers in
     (`CompiledModel.avoided`); a given plan is compiled as it is (`CompiledModel.spills` names its
-    spilled kernels). device "gpu" runs with CuPy and CUDA graphs; "cpu" runs the same program in NumPy."""
+    spilled kernels). `exclude`: kernels the planning never chooses (`planning.search.kernel_key`s; tile
+    None: every tile of a group). device "gpu" runs with CuPy and CUDA graphs; "cpu" runs the same
+    program in NumPy."""
     if dtype not in DTYPES or precision not in PRECISIONS or device not in ("gpu", "cpu"):
         raise PlanError(f"bad options dtype={dtype!r} precision={precision!r} device={device!r}: use dtype fp32|fp16, "
                         "precision fp32|tf32, device gpu|cpu")  # fmt: skip
@@ -256,8 +258,11 @@ def compile(model, spec=None, plan=None, *, dtype: str = "fp32", precision: str 
     from fuseplanner.planning.search import model_batch
     from fuseplanner.planning.search import plan as make_plan
 
-    def planned(exclude=()):
-        return make_plan(graph, gpu_spec, dtype=dtype, precision=precision, kinds=None if fuse else [], exclude=exclude)
+    given = frozenset(exclude)
+
+    def planned(more=frozenset()):
+        return make_plan(graph, gpu_spec, dtype=dtype, precision=precision, kinds=None if fuse else [],
+                         exclude=given | more)  # fmt: skip
 
     def built(p) -> CompiledModel:
         check_plan(p, graph, gpu_spec.name, dtype, precision, model_batch(graph))
@@ -267,6 +272,8 @@ def compile(model, spec=None, plan=None, *, dtype: str = "fp32", precision: str 
     if plan is not None:
         if not fuse:
             raise PlanError("give either a plan or fuse=False (--plan or --no-fuse), not both")
+        if given:
+            raise PlanError("kernels to exclude apply to the planning: give them without a plan")
         return built(plan)
     compiled = built(planned())
     return without_spills(compiled, planned, built) if avoid_spills else compiled

@@ -279,3 +279,20 @@ def test_squeeze_excite_pair_on_a_one_pixel_map(dtype, precision):
             run_case("pw_pw", ops, tile, dtype, precision, seed=900 + i)
             ran += 1
     assert ran
+
+
+def test_pw_pw_stages_only_the_tiles_pixels_through_registers():
+    """fp16 PW->PW on an odd-width map stages its input tile through registers (XA 0): only the tile's
+    th x tw pixels are loaded and the padding columns up to the GEMM's 8 are zeroed apart (a tile of
+    1, 3, 7 and 49 pixels), outputs poisoned with NaN first."""
+    from fuseplanner.kernels.families.fused.launch import kernel_defines
+
+    ops = (conv_op("q", "pw", 96, 40, 7, 7, act="relu", batch=2), conv_op("r", "pw", 40, 96, 7, 7, act=None, batch=2))
+    ran = 0
+    for i, tile in enumerate((Tile(1, 1, 64, 8, 64), Tile(1, 3, 64, 8, 64), Tile(1, 7, 64, 16, 64),
+                              Tile(7, 7, 64, 8, 64))):  # fmt: skip
+        if tiles.check("pw_pw", ops, tile, "fp16", GPU) is None:
+            assert kernel_defines("pw_pw", ops, tile, "fp16", "fp32", [True, True], False)["XA"] == 0
+            run_case("pw_pw", ops, tile, "fp16", "fp32", seed=950 + i)
+            ran += 1
+    assert ran >= 3

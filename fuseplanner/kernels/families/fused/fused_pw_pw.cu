@@ -71,7 +71,9 @@ __device__ __forceinline__ void copy_input(T* xs, const T* __restrict__ xb, int 
 #endif
 
 // The input tile into xs through registers (!XA: fp16 tokens, odd widths, unaligned x); all of
-// C1P x NP is written, 0 outside the tensor.
+// C1P x NP is written, 0 outside the tensor. In NCHW only the tile's P pixels of each row are loaded
+// and the padding columns P .. NP-1 are zeroed apart: a 1x1 map (squeeze-excitation) loads C1P
+// elements, not C1P x 8, and waits for one batch of loads instead of eight.
 __device__ __forceinline__ void stage_input(T* xs, const T* __restrict__ xb, int oy0, int ox0, int H, int W) {
 #if CL
     stage_copy<NP * C1P>(
@@ -81,8 +83,12 @@ __device__ __forceinline__ void stage_input(T* xs, const T* __restrict__ xb, int
         },
         [&](int i, float v) { from_f(xs[(i % C1P) * LDX + i / C1P], v); });
 #else
-    stage_copy<C1P * NP>([&](int i) { return halo_elem<NP, P, TW>(i, xb, 0, C1, H, W, oy0, ox0); },
-                         [&](int i, float v) { from_f(xs[(i / NP) * LDX + i % NP], v); });
+    stage_copy<C1P * P>([&](int i) { return halo_elem<P, P, TW>(i, xb, 0, C1, H, W, oy0, ox0); },
+                        [&](int i, float v) { from_f(xs[(i / P) * LDX + i % P], v); });
+    if constexpr (NP > P) {
+        constexpr int PAD = NP - P;
+        for (int i = threadIdx.x; i < C1P * PAD; i += THREADS) from_f(xs[(i / PAD) * LDX + P + i % PAD], 0.f);
+    }
 #endif
 }
 
