@@ -76,7 +76,7 @@ def test_groups_measured_slower_are_dropped_and_replanned(first_and_unfused):
     assert tuning.excluded == _keys(first, slow) and all(k[2] is None for k in tuning.excluded)
     assert built[0] == frozenset(tuning.excluded)
     # the tuned plan fuses no kernel of the slow groups' kinds and shapes; the re-plan's groups were
-    # measured in round 2, and that round dropped nothing (no other group is slow), so tuning stopped
+    # measured in the second pass, which dropped nothing (no other group is slow), so tuning stopped
     assert not _keys(out, {"+".join(g.nodes) for g in out.plan.groups}) & tuning.excluded
     assert tuning.rounds == 2 and len(built) == 1 and not tuning.unmeasured
     assert {v.label for v in tuning.verdicts if v.round == 2} == {"+".join(g.nodes) for g in out.plan.groups}
@@ -165,3 +165,25 @@ def test_fastest_interleaves_rounds_and_benches_a_shared_model_once():
     # medians over rounds: a's 3, 1, 2 -> 2; b's 2.5, 2.5, 9 -> 2.5; "first plan" is "tuned", benched once
     assert lat == {"tuned": 2.0, "first plan": 2.0, "unfused": 2.5}
     assert a.calls == 3 and b.calls == 3
+
+
+def test_cli_tuning_report_names_each_verdict_and_the_model_run(capsys):
+    from types import SimpleNamespace
+
+    from fuseplanner.cli.cmd_run import _tuning_report
+    from fuseplanner.validation.tune import Tuned, Tuning
+
+    def model(groups):
+        return SimpleNamespace(plan=SimpleNamespace(groups=[None] * groups))
+
+    t = Tuning(verdicts=[Verdict(1, "a+b", "pw_dw", "4x4/f32/c8/t256", 9e-6, 8e-6),
+                         Verdict(1, "c+d", "dw_pw", "2x8/f64/c16/t256", 7e-6, 8e-6),
+                         Verdict(1, "e+f", "pw_pw", "1x1/f64/c8/t64", measured=False)], rounds=2)  # fmt: skip
+    tuned = Tuned(model(0), "unfused", model(2), model(3), model(0), t,
+                  {"tuned": 3e-4, "first plan": 3.1e-4, "unfused": 2.9e-4})  # fmt: skip
+    _tuning_report(tuned)
+    out = capsys.readouterr().out
+    assert "saves   -1.00 us  dropped  a+b" in out and "saves   +1.00 us  kept     c+d" in out
+    assert "not measured" in out and "e+f" in out
+    assert "tuned plan: 2 groups (first plan 3); 1 dropped" in out
+    assert "tuned 300.0 us, first plan 310.0 us, unfused 290.0 us; running the unfused (0 groups)" in out
