@@ -20,6 +20,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from fuseplanner.core.errors import PlanError, RecordsError
+from fuseplanner.planning.result import Plan
 from fuseplanner.planning.whole import WholePlanPrediction
 from fuseplanner.validation.whole_decisions import DecisionData, MeasuredStep, PlanRun, candidates
 from fuseplanner.validation.whole_decisions import to_markdown as decisions_markdown
@@ -114,6 +115,8 @@ class WholeResult(BaseModel):
                                               "predicted and measured (validation.whole_traffic)")  # fmt: skip
     spills: list[SpilledKernel] = Field(default_factory=list, description="kernel steps whose compiled kernels "
                                         "spill registers to local memory, in the planned and the unfused model")  # fmt: skip
+    plan: Plan | None = Field(default=None, description="the plan measured (groups, tiles, layers; its rejected "
+                              "candidates left out): `repredict` costs it with the spec it is given")  # fmt: skip
 
 
 def owners(plan, graph) -> dict[str, str]:
@@ -225,11 +228,16 @@ def _spill_lines(results: Sequence[WholeResult]) -> list[str]:
                     f"{s.regs} | {s.local_bytes} |" for r, s in rows]  # fmt: skip
 
 
+def to_json(results: Sequence[WholeResult]) -> str:
+    """The text of a whole.json: a list of results."""
+    return "[\n" + ",\n".join(r.model_dump_json(indent=1) for r in results) + "\n]\n"
+
+
 def write(results: Sequence[WholeResult], out: Path) -> tuple[Path, Path]:
     """whole.json (a list of results) and whole.md in folder `out`."""
     out.mkdir(parents=True, exist_ok=True)
     js, md = out / "whole.json", out / "whole.md"
-    js.write_text("[\n" + ",\n".join(r.model_dump_json(indent=1) for r in results) + "\n]\n", encoding="utf-8")
+    js.write_text(to_json(results), encoding="utf-8")
     from fuseplanner.frontend.holdout import holdout_models
 
     held_out = frozenset(m.name for m in holdout_models())
@@ -299,7 +307,13 @@ def measure(model, spec, *, dtype: str = "fp32", precision: str = "fp32", batch:
         traffic = _counters(result.traffic, model, spec, plan, dict(dtype=dtype, precision=precision, batch=batch,
                                                                     input_shapes=input_shapes), require_counters)  # fmt: skip
         result = result.model_copy(update={"traffic": traffic})
-    return result.model_copy(update={"unfused_steps": unfused_steps, "decisions": data, "spills": spills})
+    return result.model_copy(update={"unfused_steps": unfused_steps, "decisions": data, "spills": spills,
+                                     "plan": stored(plan)})  # fmt: skip
+
+
+def stored(plan) -> Plan:
+    """The plan as a whole result keeps it: without its rejected candidates."""
+    return plan.model_copy(update={"rejected": []})
 
 
 def _counters(traffic: TrafficComparison, model, spec, plan, kw: dict, require: bool) -> TrafficComparison:
@@ -377,15 +391,21 @@ def read(path: str | Path) -> list[WholeResult]:
 
 def repredict(result: WholeResult, spec, model=None, context: str = "isolated") -> WholeResult:
     """`result`'s measurements against the predictions of `spec` and the current cost model, without a
-    GPU: the model planned again as `measure` plans it (`context`), which must give the plan that was
-    measured (every measured step label is a planned step's), then predicted whole in both contexts."""
+    GPU: the plan measured (`result.plan`) costed with `spec` (`planning.recost`), or for a result saved
+    without its plan, the model planned again as `measure` plans it (`context`), which must then give
+    the plan that was measured (every measured step label is a planned step's); then predicted whole in
+    both contexts."""
     from fuseplanner.frontend.load import load_model
+    from fuseplanner.planning.recost import recost
     from fuseplanner.planning.search import plan as make_plan
     from fuseplanner.planning.whole import predict_whole
 
     graph = load_model(model or result.model, None, result.batch)
-    plan = make_plan(graph, spec, dtype=result.dtype, precision=result.precision, context=context)
-    unfused = unfused_plan(graph, spec, result.dtype, result.precision, plan.batch)
+    unfused = unfused_plan(graph, spec, result.dtype, result.precision, result.batch)
+    if result.plan is not None:
+        plan = recost(graph, result.plan, spec, unfused)
+    else:
+        plan = make_plan(graph, spec, dtype=result.dtype, precision=result.precision, context=context)
     graph_pred = predict_whole(graph, spec, plan, "graph", unfused_plan=unfused)
     labels = {s.label for s in graph_pred.planned.steps}
     missing = [s.label for s in result.steps if s.label not in labels]
@@ -401,7 +421,7 @@ def repredict(result: WholeResult, spec, model=None, context: str = "isolated") 
     if result.traffic is not None and traffic is not None:
         traffic = traffic.with_counters(result.traffic.cold, result.traffic.warm, result.traffic.note)
     return again.model_copy(update={"unfused_steps": result.unfused_steps, "decisions": result.decisions,
-                                    "traffic": traffic})  # fmt: skip
+                                    "traffic": traffic, "spills": result.spills, "plan": result.plan})  # fmt: skip
 
 
 def unfused_plan(graph, spec, dtype: str, precision: str, batch: int):
