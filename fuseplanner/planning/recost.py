@@ -1,8 +1,8 @@
 """A given plan costed with another GPU spec: the same groups, tiles and layers, every cost recomputed.
 
 What it is for: scoring a spec on measurements of plans that spec would not make (a whole run measured
-with one spec, re-predicted with a refitted one: `validation.whole.repredict(..., plan=...)`), or
-comparing what two specs predict for one plan. Nothing is re-chosen: a group keeps its tile (a tile
+with one spec, re-predicted with a refitted one: `validation.whole.repredict` costs the plan the run
+stored), or comparing what two specs predict for one plan. Nothing is re-chosen: a group keeps its tile (a tile
 the new spec finds infeasible is a `PlanError`, never a free kernel), a layer keeps its tile, a
 library or opaque node is costed as the planner costs it (`cost.estimate_op`). A group's unfused cost
 is its nodes' layers in the spec's unfused plan (each with its best tile), and the totals are summed
