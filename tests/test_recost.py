@@ -83,3 +83,33 @@ def test_whole_results_keep_their_plan_through_json(tmp_path):
     assert not p.rejected
     js, _ = write([saved.model_copy(update={"plan": p})], tmp_path)
     assert read(js)[0].plan == p
+
+
+def _store_script():
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("store_whole_plans", root / "scripts" / "store_whole_plans.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_store_whole_plans_adds_the_plan_that_reproduces_the_run(tmp_path, monkeypatch, capsys):
+    import gzip
+    import sys
+
+    from fuseplanner.validation.whole import to_json
+
+    mod = _store_script()
+    saved = read(WHOLE / "fp32fp32_b1" / "mobilenet_v1.json.gz")[0].model_copy(update={"plan": None})
+    good, bad = tmp_path / "good.json.gz", tmp_path / "bad.json"
+    good.write_bytes(gzip.compress(to_json([saved]).encode()))
+    # a run whose measured steps no plan of this spec has: left without a plan, and the script says so
+    renamed = saved.model_copy(update={"steps": [s.model_copy(update={"label": "nowhere"}) for s in saved.steps]})
+    bad.write_text(to_json([renamed]))
+    monkeypatch.setattr(sys, "argv", ["store_whole_plans.py", "--gpu", "h100", str(good), str(bad)])
+    assert mod.main() == 1
+    got = read(good)[0]
+    assert got.plan is not None and got.plan == stored(plan(load_model("mobilenet_v1", None, 1), gpu("h100"), workers=1))
+    assert read(bad)[0].plan is None and "does not reproduce" in capsys.readouterr().out
