@@ -19,22 +19,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fuseplanner.frontend.load import load_model  # noqa: E402
+from fuseplanner.core.errors import PlanError  # noqa: E402
 from fuseplanner.hw.spec import gpu  # noqa: E402
-from fuseplanner.planning.search import plan as make_plan  # noqa: E402
-from fuseplanner.planning.whole import predict_whole  # noqa: E402
-from fuseplanner.validation.whole import read, stored, to_json, unfused_plan  # noqa: E402
+from fuseplanner.validation.whole import read, repredict, to_json  # noqa: E402
 
 
 def with_plan(result, spec):
-    """`result` with the plan that reproduces its measured steps, or None when the plan does not."""
-    graph = load_model(result.model, None, result.batch)
-    plan = make_plan(graph, spec, dtype=result.dtype, precision=result.precision, workers=1)
-    base = unfused_plan(graph, spec, result.dtype, result.precision, result.batch)
-    labels = {s.label for s in predict_whole(graph, spec, plan, "graph", unfused_plan=base).planned.steps}
-    if any(s.label not in labels for s in result.steps):
+    """`result` with the plan that reproduces its measured steps (`repredict` plans it again and checks
+    the steps), or None when that plan does not."""
+    try:
+        return result.model_copy(update={"plan": repredict(result, spec).plan})
+    except PlanError:
         return None
-    return result.model_copy(update={"plan": stored(plan)})
 
 
 def main() -> int:

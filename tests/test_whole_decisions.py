@@ -237,14 +237,14 @@ def test_executor_steps_match_by_covers(mobilenet):
     per covered node: each isolated-plan group is matched to its own kernel step and the unfused steps
     of its members (their epilogue activations included), so the synthetic saving is 0."""
     from fuseplanner.run.device import StepTime
-    from fuseplanner.validation.whole import _with_covers
+    from fuseplanner.validation.whole import with_covers
     from fuseplanner.validation.whole_decisions import measure_candidate
 
     _, plans, iso, bare = mobilenet
 
     def timed(m):
         steps = [s for s in m.steps if s.kind != "view"]
-        return _with_covers(m, [StepTime(s.label, s.kind, s.op_type, len(s.covers) * US) for s in steps])
+        return with_covers(m, [StepTime(s.label, s.kind, s.op_type, len(s.covers) * US) for s in steps])
 
     run, unfused = timed(iso), timed(bare)
     for g in plans["isolated"].groups:

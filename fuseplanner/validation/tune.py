@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from fuseplanner.core.errors import PlanError
 from fuseplanner.core.kinds import GROUP_KINDS
+from fuseplanner.validation.whole import with_covers
 from fuseplanner.validation.whole_decisions import MeasuredStep, measure_candidate
 
 #: Rounds of plan, compile, measure at most (each re-plans without the groups measured slower).
@@ -74,10 +75,7 @@ class Tuning:
 
 def timed_steps(compiled, repeats: int) -> list[MeasuredStep]:
     """Every non-view step of `compiled` timed in graph mode, with the ONNX nodes it covers."""
-    infos = [s for s in compiled.steps if s.kind != "view"]
-    times = compiled.time_nodes(repeats=repeats, mode="graph")
-    return [MeasuredStep(label=t.label, kind=t.kind, measured_s=t.seconds, covers=list(i.covers))
-            for i, t in zip(infos, times, strict=True)]  # fmt: skip
+    return with_covers(compiled, compiled.time_nodes(repeats=repeats, mode="graph"))
 
 
 def judge(compiled, steps: Sequence[MeasuredStep], unfused: Sequence[MeasuredStep], rnd: int) -> list[Verdict]:

@@ -291,9 +291,9 @@ def measure(model, spec, *, dtype: str = "fp32", precision: str = "fp32", batch:
     say(f"{graph.name}: benching planned and unfused, {replays} CUDA-graph replays each")
     rec_p, rec_u = fused.bench(replays=replays), bare.bench(replays=replays)
     times = _time_steps(fused, "planned", step_mode, step_repeats, say)
-    runs = [PlanRun(context=context, steps=_with_covers(fused, times if step_mode == "graph" else
+    runs = [PlanRun(context=context, steps=with_covers(fused, times if step_mode == "graph" else
                                                         _time_steps(fused, "planned", "graph", step_repeats, say)))]  # fmt: skip
-    unfused_steps = _with_covers(bare, _time_steps(bare, "unfused", "graph", step_repeats, say))
+    unfused_steps = with_covers(bare, _time_steps(bare, "unfused", "graph", step_repeats, say))
     if decisions:
         runs.append(_other_run(plans, context, runs[0], build, step_repeats, say))
     graph_pred = predict_whole(graph, spec, plan, "graph", unfused_plan=bare.plan)
@@ -348,7 +348,7 @@ def _time_steps(compiled, what: str, mode: str, repeats: int, say) -> list:
     return compiled.time_nodes(repeats=repeats, mode=mode)
 
 
-def _with_covers(compiled, times) -> list[MeasuredStep]:
+def with_covers(compiled, times) -> list[MeasuredStep]:
     """Timed steps (`time_nodes`: every step but views, in order) with the ONNX nodes each covers."""
     infos = [s for s in compiled.steps if s.kind != "view"]
     return [MeasuredStep(label=t.label, kind=t.kind, measured_s=t.seconds, covers=list(i.covers))
@@ -363,7 +363,7 @@ def _other_run(plans: dict, context: str, measured: PlanRun, build, repeats: int
         say(f"the {other}-context plan has the same kernels as the {context}-context plan: measured once")
         return PlanRun(context=other, steps=measured.steps)
     m = build(plans[other], f"the {other}-context plan ({len(plans[other].groups)} groups)")
-    return PlanRun(context=other, steps=_with_covers(m, _time_steps(m, f"{other}-context planned", "graph", repeats, say)))
+    return PlanRun(context=other, steps=with_covers(m, _time_steps(m, f"{other}-context planned", "graph", repeats, say)))
 
 
 @dataclass(frozen=True)
@@ -394,7 +394,7 @@ def repredict(result: WholeResult, spec, model=None, context: str = "isolated") 
     GPU: the plan measured (`result.plan`) costed with `spec` (`planning.recost`), or for a result saved
     without its plan, the model planned again as `measure` plans it (`context`), which must then give
     the plan that was measured (every measured step label is a planned step's); then predicted whole in
-    both contexts."""
+    both contexts. The result carries the plan it was predicted from (the measured plan either way)."""
     from fuseplanner.frontend.load import load_model
     from fuseplanner.planning.recost import recost
     from fuseplanner.planning.search import plan as make_plan
@@ -421,7 +421,8 @@ def repredict(result: WholeResult, spec, model=None, context: str = "isolated") 
     if result.traffic is not None and traffic is not None:
         traffic = traffic.with_counters(result.traffic.cold, result.traffic.warm, result.traffic.note)
     return again.model_copy(update={"unfused_steps": result.unfused_steps, "decisions": result.decisions,
-                                    "traffic": traffic, "spills": result.spills, "plan": result.plan})  # fmt: skip
+                                    "traffic": traffic, "spills": result.spills,
+                                    "plan": result.plan if result.plan is not None else stored(plan)})  # fmt: skip
 
 
 def unfused_plan(graph, spec, dtype: str, precision: str, batch: int):
