@@ -7,6 +7,7 @@ import pytest
 import fuseplanner
 from fuseplanner.core.errors import PlanError
 from fuseplanner.core.ir import Cost, KernelResources
+from fuseplanner.core.kinds import KERNEL_KINDS
 from fuseplanner.cost.execution import (
     Access,
     LaunchTerms,
@@ -18,6 +19,7 @@ from fuseplanner.cost.execution import (
     resident_reads,
 )
 from fuseplanner.hw.spec import gpu
+from fuseplanner.kernels.family import family
 from fuseplanner.planning.whole import predict_whole, steps
 
 TERMS = LaunchTerms(floor_s=4e-6, tail_s=1.5e-6, interval_s=1e-6, opaque_floor_s=2e-6)
@@ -47,17 +49,28 @@ def _res(kind: str) -> KernelResources:
 
 
 def test_family_terms_by_hand():
-    terms = LaunchTerms(floor_s=4e-6, tail_s=1.5e-6, interval_s=1e-6, opaque_floor_s=2e-6, lbl_kernel_s=0.3e-6,
-                        fused_kernel_s=-0.2e-6)  # fmt: skip
-    # a dw and a pw launch (20 us isolated): 20 - 2 x 2.5 + 2 x 0.3 = 15.6 us
+    kernel_s = {"dw": -0.1e-6, "pw": 0.3e-6, "fused": -0.2e-6}
+    terms = LaunchTerms(floor_s=4e-6, tail_s=1.5e-6, interval_s=1e-6, opaque_floor_s=2e-6, family_kernel_s=kernel_s)
+    # a dw and a pw launch (20 us isolated): 20 - 2 x (4 - 1.5) - 0.1 + 0.3 = 15.2 us
     pair = Cost(time_s=20e-6, launches=2, kernels=(_res("dw"), _res("pw")))
-    assert context_time(pair, terms, "graph") == pytest.approx(15.6e-6)
+    assert context_time(pair, terms, "graph") == pytest.approx(15.2e-6)
+    # a linear launch is of the PW family (8 us isolated): 8 - 2.5 + 0.3 = 5.8 us
+    linear = Cost(time_s=8e-6, launches=1, kernels=(_res("linear"),))
+    assert context_time(linear, terms, "graph") == pytest.approx(5.8e-6)
     # their fused kernel (16 us isolated): 16 - 2.5 - 0.2 = 13.3 us; the isolated context ignores both terms
     fused = Cost(time_s=16e-6, launches=1, kernels=(_res("dw_pw"),))
     assert context_time(fused, terms, "graph") == pytest.approx(13.3e-6)
     assert context_time(fused, terms, "isolated") == 16e-6
     # a cost with no kernel resources (a library op's) gets no family term: 10 - 2.5 = 7.5 us
     assert context_time(Cost(time_s=10e-6, launches=1), terms, "graph") == pytest.approx(7.5e-6)
+
+
+def test_family_terms_come_from_the_spec():
+    spec = gpu("h100")
+    t = launch_terms(spec)
+    assert t.family_kernel_s == {"dw": spec.hw.graph_dw_kernel_s, "pw": spec.hw.graph_pw_kernel_s,
+                                 "fused": spec.hw.graph_fused_kernel_s}  # fmt: skip
+    assert set(t.family_kernel_s) == {family(k).name for k in KERNEL_KINDS}  # every family has its term
 
 
 def test_residency_rule_by_hand():

@@ -8,9 +8,10 @@
 
       max(graph_launch_interval_s, body + graph_kernel_tail_s + family),  body = isolated time - launch_overhead_s
 
-  (family: `graph_lbl_kernel_s` for a layer-by-layer kernel, `graph_fused_kernel_s` for a fused one,
-  fitted on whole replays of the bundled models: what a launch of that family takes in a whole
-  replay beyond the graph terms, its graph counterpart of `kernel_fixed_s` / `fused_kernel_fixed_s`)
+  (family: what a launch of that kernel family, `kernels.family` (dw, pw for PW and linear, fused),
+  takes among back-to-back graph kernels beyond the graph terms, spec `graph_dw_kernel_s`,
+  `graph_pw_kernel_s`, `graph_fused_kernel_s`: their graph counterpart of `kernel_fixed_s` /
+  `fused_kernel_fixed_s`, fitted on the graph-mode step times of the bundled models)
 
   (an opaque operator at least `opaque_op_floor_s`, a reduction (`core.kinds.REDUCE_OP_TYPES`) at least
   `reduce_op_floor_s`; a step that lists the kernels the executor's operator library launches for it,
@@ -40,14 +41,15 @@ step bound by L2 bandwidth, latency or compute saves nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from fuseplanner.core.errors import PlanError
 from fuseplanner.core.ir import Cost
-from fuseplanner.core.kinds import CONTEXTS, GROUP_KINDS, LAYER_KINDS, REDUCE_OP_TYPES
+from fuseplanner.core.kinds import CONTEXTS, KERNEL_KINDS, REDUCE_OP_TYPES
 from fuseplanner.cost.library import Launch, graph_seconds
 from fuseplanner.hw.spec import GpuSpec
+from fuseplanner.kernels.family import family
 
 
 @dataclass(frozen=True)
@@ -61,16 +63,13 @@ class LaunchTerms:
     interval_s: float
     opaque_floor_s: float
     reduce_floor_s: float = 0.0
-    lbl_kernel_s: float = 0.0
-    fused_kernel_s: float = 0.0
+    family_kernel_s: Mapping[str, float] = field(default_factory=dict)
 
     def family_s(self, cost: Cost) -> float:
-        """What `cost`'s launches add in a whole graph replay by kernel family: `lbl_kernel_s` per
-        layer-by-layer kernel, `fused_kernel_s` per fused one (spec `graph_lbl_kernel_s`,
-        `graph_fused_kernel_s`)."""
-        lbl = sum(1 for k in cost.kernels if k.kind in LAYER_KINDS)
-        fused = sum(1 for k in cost.kernels if k.kind in GROUP_KINDS)
-        return lbl * self.lbl_kernel_s + fused * self.fused_kernel_s
+        """What `cost`'s launches add in a graph by kernel family: `family_kernel_s[name]` per launch of
+        a kernel of family `name` (`kernels.family`; spec `graph_<name>_kernel_s`), 0 for a family
+        it does not name."""
+        return sum(self.family_kernel_s.get(family(k.kind).name, 0.0) for k in cost.kernels if k.kind in KERNEL_KINDS)
 
     def least_s(self, kind: str, op_type: str = "") -> float:
         """The least graph time of one launch of a step of `kind` and ONNX `op_type`."""
@@ -155,7 +154,8 @@ def launch_terms(spec: GpuSpec) -> LaunchTerms:
     opaque = float(opaque) if opaque is not None else interval
     return LaunchTerms(floor_s=floor, tail_s=float(tail) if tail is not None else floor, interval_s=interval,
                        opaque_floor_s=opaque, reduce_floor_s=float(reduce) if reduce is not None else opaque,
-                       lbl_kernel_s=spec.hw.graph_lbl_kernel_s, fused_kernel_s=spec.hw.graph_fused_kernel_s)  # fmt: skip
+                       family_kernel_s={"dw": spec.hw.graph_dw_kernel_s, "pw": spec.hw.graph_pw_kernel_s,
+                                        "fused": spec.hw.graph_fused_kernel_s})  # fmt: skip
 
 
 def context_time(cost: Cost, terms: LaunchTerms, context: str, opaque: bool = False, op_type: str = "") -> float:

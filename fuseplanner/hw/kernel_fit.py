@@ -113,10 +113,12 @@ class KernelFit(BaseModel):
     library_row_iter_cycles: float = Field(default=0.0, ge=0, description=(
         "graph context: clock cycles of one 32-column iteration of one pass of the executor's LayerNorm/Softmax "
         "row kernel (run.ops._rows; cost.library; schema default 0: term off)"))
-    graph_lbl_kernel_s: float = Field(default=0.0, ge=-5e-6, le=5e-6, description=(
-        "graph context: seconds a launch of a layer-by-layer kernel (dw, pw, linear) takes in a whole "
-        "CUDA-graph replay beyond its graph-context time (the graph counterpart of kernel_fixed_s; "
-        "cost.execution; schema default 0)"))
+    graph_dw_kernel_s: float = Field(default=0.0, ge=-5e-6, le=5e-6, description=(
+        "graph context: seconds a launch of a DW kernel takes among back-to-back CUDA-graph kernels beyond "
+        "its isolated time less the isolated floor plus the graph tail (the graph counterpart of its share "
+        "of kernel_fixed_s; cost.execution; schema default 0)"))
+    graph_pw_kernel_s: float = Field(default=0.0, ge=-5e-6, le=5e-6, description=(
+        "graph context: the same for a PW or linear kernel (the PW family)"))
     graph_fused_kernel_s: float = Field(default=0.0, ge=-5e-6, le=5e-6, description=(
         "graph context: the same for a fused kernel (the graph counterpart of fused_kernel_fixed_s)"))
     library_direct_terms_per_cycle: float = Field(default=0.0, ge=0, description=(

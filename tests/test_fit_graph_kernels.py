@@ -1,0 +1,85 @@
+"""scripts/fit_graph_kernels.py: the graph context's per-family launch terms fitted on saved graph-mode
+step times (CPU only, a committed whole run of MobileNetV1)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fuseplanner.hw.spec import gpu
+from fuseplanner.planning.whole import predict_whole
+
+ROOT = Path(__file__).resolve().parents[1]
+WHOLE = ROOT / "data" / "records" / "h100" / "whole"
+RUN = str(WHOLE / "fp32fp32_b1" / "mobilenet_v1.json.gz")
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("fit_graph_kernels", ROOT / "scripts" / "fit_graph_kernels.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses resolve their annotations through sys.modules
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    mod = _script()
+    spec = gpu("h100")
+    rows = mod.runs([RUN], spec)
+    return mod, spec, rows, mod.samples(rows, spec)
+
+
+def test_a_held_out_model_is_refused():
+    mod = _script()
+    with pytest.raises(SystemExit, match="held-out"):
+        mod.runs([str(WHOLE / "fp32fp32_b1" / "mobilenet_v3_small.json.gz")], gpu("h100"))
+
+
+def test_the_terms_sit_in_the_fit_only():
+    mod = _script()
+    s = mod.with_values(gpu("h100"), [1e-7, 2e-7, 3e-7])
+    assert (s.fit.graph_dw_kernel_s, s.fit.graph_pw_kernel_s, s.fit.graph_fused_kernel_s) == (1e-7, 2e-7, 3e-7)
+    assert (s.hw.graph_dw_kernel_s, s.hw.graph_pw_kernel_s, s.hw.graph_fused_kernel_s) == (1e-7, 2e-7, 3e-7)
+
+
+def test_samples_reproduce_the_graph_prediction_with_the_bundled_terms(fitted):
+    """A sample's prediction (its zero-term time plus its families' terms) is the graph context's step
+    time with those terms: the sum over the planned and unfused steps matches `predict_whole` with the
+    bundled spec, step for step where no step sits at the launch interval."""
+    mod, spec, rows, samples = fitted
+    x = np.array([getattr(spec.fit, f) for f in mod.FIELDS])
+    base = np.array([s.base_s for s in samples])
+    launches = np.array([s.launches for s in samples], dtype=float)
+    least = np.array([s.least_s for s in samples])
+    ours = np.maximum(least, base + launches @ x)
+    run = rows[0]
+    w = predict_whole(run.graph, spec, run.plans[0], "graph", unfused_plan=run.plans[1])
+    want = [p.time_s for side, measured in ((w.planned, run.measured[0]), (w.unfused, run.measured[1]))
+            for p in side.steps if p.kind in mod.KERNEL_KINDS and measured.get(p.label, 0) > 0]  # fmt: skip
+    assert len(want) == len(samples) > 20
+    assert ours == pytest.approx(want, rel=1e-9)
+    # MobileNetV1's steps: its DW and PW layers unfused, its fused groups planned; every family is there
+    assert launches.sum(axis=0).min() > 0
+
+
+def test_the_fit_lowers_the_robust_loss(fitted):
+    mod, spec, rows, samples = fitted
+    data = (np.array([s.base_s for s in samples]), np.array([s.launches for s in samples], dtype=float),
+            np.array([s.least_s for s in samples]), np.array([s.measured_s for s in samples]))  # fmt: skip
+
+    def loss(x):  # soft L1 at scale 0.1, as least_squares minimises it
+        r = mod.step_residuals(data, x) / 0.1
+        return float(np.sum(2 * (np.sqrt(1 + r * r) - 1)))
+
+    from scipy.optimize import least_squares
+
+    fit = least_squares(lambda v: mod.step_residuals(data, v * 1e-6), np.zeros(3), loss="soft_l1", f_scale=0.1,
+                        bounds=([-5.0] * 3, [5.0] * 3))  # fmt: skip
+    assert loss(fit.x * 1e-6) < loss(np.zeros(3))
+    # a term moved by 1 us off the optimum costs more
+    assert loss(fit.x * 1e-6 + np.array([0, 1e-6, 0])) > loss(fit.x * 1e-6)
