@@ -13,7 +13,9 @@ context with the three terms at zero. Every step of fuseplanner's own kernels ti
 prediction is that time plus the term of each of its launches' families (held at least at the launch
 interval). The terms minimise a robust loss (soft L1, scale 0.1) on log(predicted / measured), so the
 few steps the rest of the model misses by 2x do not pull the terms. The script then predicts again
-with the fitted terms and reports the step error and the whole-replay error. Only pass the models the
+with the fitted terms and reports the step error and the whole-replay error, and gives each term a
+bootstrap interval: `--resamples` refits on the runs drawn with replacement (a run's steps move
+together, as they share its plan and its GPU state), 5th to 95th percentile. Only pass the models the
 fit may see (never the held-out list, `models/holdout.toml`).
 """
 
@@ -42,9 +44,10 @@ FIELDS = tuple(f"graph_{f}_kernel_s" for f in FAMILIES)
 
 @dataclass(frozen=True)
 class Sample:
-    """One timed step: its graph prediction with the terms at zero, its launches per family, the
-    least graph time of its launches, and its measured seconds."""
+    """One timed step of run number `run`: its graph prediction with the terms at zero, its launches
+    per family, the least graph time of its launches, and its measured seconds."""
 
+    run: int
     base_s: float
     launches: tuple[int, ...]
     least_s: float
@@ -89,7 +92,7 @@ def samples(rows: list[Run], spec) -> list[Sample]:
     zero = with_values(spec, np.zeros(len(FIELDS)))
     interval = launch_terms(zero).interval_s
     out = []
-    for run in rows:
+    for i, run in enumerate(rows):
         for plan, measured in zip(run.plans, run.measured, strict=True):
             st = whole_steps(run.graph, plan, zero)
             pred = predict(st, zero, "graph")
@@ -98,8 +101,33 @@ def samples(rows: list[Run], spec) -> list[Sample]:
                 if s.kind not in KERNEL_KINDS or not m or m <= 0:
                     continue
                 fams = [family(k.kind).name for k in s.cost.kernels if k.kind in KERNEL_KINDS]
-                out.append(Sample(p.time_s, tuple(fams.count(f) for f in FAMILIES), s.cost.launches * interval, m))
+                out.append(Sample(i, p.time_s, tuple(fams.count(f) for f in FAMILIES), s.cost.launches * interval, m))
     return out
+
+
+def arrays(s: list[Sample]) -> tuple[np.ndarray, ...]:
+    """(zero-term seconds, launches per family, least seconds, measured seconds) of samples `s`."""
+    return (np.array([v.base_s for v in s]), np.array([v.launches for v in s], dtype=float),
+            np.array([v.least_s for v in s]), np.array([v.measured_s for v in s]))  # fmt: skip
+
+
+def fit_terms(data: tuple[np.ndarray, ...]) -> np.ndarray:
+    """The terms (seconds) minimising the soft-L1 loss of `step_residuals`, each within +-5 us."""
+    n = len(FIELDS)
+    fit = least_squares(lambda v: step_residuals(data, v * 1e-6), np.zeros(n), loss="soft_l1", f_scale=0.1,
+                        bounds=([-5.0] * n, [5.0] * n))  # fmt: skip
+    return fit.x * 1e-6
+
+
+def intervals(s: list[Sample], resamples: int, seed: int = 0) -> np.ndarray:
+    """5th and 95th percentiles of the terms refitted on runs drawn with replacement (rows: fields)."""
+    rng = np.random.default_rng(seed)
+    by_run: dict[int, list[Sample]] = {}
+    for v in s:
+        by_run.setdefault(v.run, []).append(v)
+    runs_ = list(by_run)
+    fits = [fit_terms(arrays([v for r in rng.choice(runs_, len(runs_)) for v in by_run[r]])) for _ in range(resamples)]
+    return np.percentile(np.array(fits), [5, 95], axis=0).T
 
 
 def step_residuals(data: tuple[np.ndarray, ...], x: np.ndarray) -> np.ndarray:
@@ -121,6 +149,7 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", nargs="+", help="whole.json files (plain or .gz) of models the fit may see")
     ap.add_argument("--gpu", default="h100", help="the spec the runs were predicted with (default h100)")
+    ap.add_argument("--resamples", type=int, default=200, help="bootstrap refits for the intervals (default 200)")
     return ap
 
 
@@ -136,15 +165,14 @@ def main() -> None:
     spec = gpu(args.gpu)
     rows = runs(args.results, spec)
     s = samples(rows, spec)
-    data = (np.array([v.base_s for v in s]), np.array([v.launches for v in s], dtype=float),
-            np.array([v.least_s for v in s]), np.array([v.measured_s for v in s]))  # fmt: skip
-    current = np.array([getattr(spec.fit, f) for f in FIELDS])
-    _report("current", rows, data, spec, current)
-    fit = least_squares(lambda v: step_residuals(data, v * 1e-6), np.zeros(len(FIELDS)), loss="soft_l1",
-                        f_scale=0.1, bounds=([-5.0] * len(FIELDS), [5.0] * len(FIELDS)))  # fmt: skip
-    print("fitted: " + ", ".join(f"{f} = {v * 1e-6:.4g}" for f, v in zip(FIELDS, fit.x, strict=True)))
-    _report("fitted", rows, data, spec, fit.x * 1e-6)
-
+    data = arrays(s)
+    _report("current", rows, data, spec, np.array([getattr(spec.fit, f) for f in FIELDS]))
+    x = fit_terms(data)
+    ci = intervals(s, args.resamples) if args.resamples else None
+    for i, f in enumerate(FIELDS):
+        band = f" (5-95%: {ci[i, 0]:.4g} .. {ci[i, 1]:.4g})" if ci is not None else ""
+        print(f"fitted: {f} = {x[i]:.4g}{band}")
+    _report("fitted", rows, data, spec, x)
 
 if __name__ == "__main__":
     main()

@@ -69,17 +69,27 @@ def test_samples_reproduce_the_graph_prediction_with_the_bundled_terms(fitted):
 
 def test_the_fit_lowers_the_robust_loss(fitted):
     mod, spec, rows, samples = fitted
-    data = (np.array([s.base_s for s in samples]), np.array([s.launches for s in samples], dtype=float),
-            np.array([s.least_s for s in samples]), np.array([s.measured_s for s in samples]))  # fmt: skip
+    data = mod.arrays(samples)
 
     def loss(x):  # soft L1 at scale 0.1, as least_squares minimises it
         r = mod.step_residuals(data, x) / 0.1
         return float(np.sum(2 * (np.sqrt(1 + r * r) - 1)))
 
-    from scipy.optimize import least_squares
-
-    fit = least_squares(lambda v: mod.step_residuals(data, v * 1e-6), np.zeros(3), loss="soft_l1", f_scale=0.1,
-                        bounds=([-5.0] * 3, [5.0] * 3))  # fmt: skip
-    assert loss(fit.x * 1e-6) < loss(np.zeros(3))
+    x = mod.fit_terms(data)
+    assert loss(x) < loss(np.zeros(3))
     # a term moved by 1 us off the optimum costs more
-    assert loss(fit.x * 1e-6 + np.array([0, 1e-6, 0])) > loss(fit.x * 1e-6)
+    assert loss(x + np.array([0, 1e-6, 0])) > loss(x)
+
+
+def test_bootstrap_intervals_hold_the_fit_of_the_runs_given(fitted):
+    """Two runs (MobileNetV1 fp32 batch 1 and 8): every resample of them is one of three sets of
+    runs (each run once, or one of them twice), so the intervals lie within the fits of the single
+    runs and of both."""
+    mod, spec, _, _ = fitted
+    runs_ = mod.runs([RUN, str(WHOLE / "fp32fp32_b8" / "mobilenet_v1.json.gz")], spec)
+    s = mod.samples(runs_, spec)
+    assert {v.run for v in s} == {0, 1}
+    ci = mod.intervals(s, 12)
+    fits = np.array([mod.fit_terms(mod.arrays([v for v in s if v.run in keep])) for keep in ({0}, {1}, {0, 1})])
+    assert ci.shape == (3, 2) and (ci[:, 0] <= ci[:, 1]).all()
+    assert (ci[:, 0] >= fits.min(axis=0) - 1e-9).all() and (ci[:, 1] <= fits.max(axis=0) + 1e-9).all()
