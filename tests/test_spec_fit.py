@@ -213,3 +213,18 @@ def test_calibrate_writes_facts_and_keeps_the_fit_layout(tmp_path, stem):
     assert ("fit" in written, written.get("fit_from")) == ((False, "h100") if base.fit.borrowed else (True, None))
     # the new measurements clear the launch-overhead estimate (a100), not the memory latency one
     assert all("launch_overhead_s" not in w for w in back.warnings()) and "mem_latency_s" in back.warnings()[-1]
+
+
+def test_a_fit_with_the_single_layer_by_layer_graph_term_still_loads(tmp_path):
+    # fits written before the graph terms were split by kernel family carry graph_lbl_kernel_s: one
+    # term for every layer-by-layer kernel, read as both the DW and the PW family's
+    text = (ROOT / "gpu_specs" / "h100.toml").read_text()
+    lines = [ln for ln in text.splitlines() if not ln.startswith(("graph_dw_kernel_s", "graph_pw_kernel_s"))]
+    text = "\n".join(lines).replace("graph_fused_kernel_s = -7.097e-07", "graph_fused_kernel_s = -2.6e-07\ngraph_lbl_kernel_s = 4.1e-07")
+    text = text.replace('graph_fused_kernel_s = "fitted', 'graph_lbl_kernel_s = "an earlier note"\ngraph_fused_kernel_s = "fitted', 1)
+    path = tmp_path / "old.toml"
+    path.write_text(text)
+    spec = gpu(str(path))
+    assert (spec.hw.graph_dw_kernel_s, spec.hw.graph_pw_kernel_s, spec.hw.graph_fused_kernel_s) == (4.1e-07, 4.1e-07, -2.6e-07)
+    assert spec.fit.sources["graph_dw_kernel_s"] == spec.fit.sources["graph_pw_kernel_s"] == "an earlier note"
+    assert "graph_lbl_kernel_s" not in spec.fit.sources

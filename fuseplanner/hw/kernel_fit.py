@@ -18,12 +18,17 @@ sequences by `fuseplanner calibrate --from-results` (`fuseplanner.validation.fit
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 #: The fuse threshold: a decision rule fitted with the kernel parameters, not applied when borrowed.
 THRESHOLD_FIELD = "fuse_min_speedup"
 #: Its graph-context counterpart (chosen on executor-measured decisions), likewise not applied when borrowed.
 GRAPH_THRESHOLD_FIELD = "graph_fuse_min_speedup"
+#: A field that fits written before the graph terms were split by kernel family carry: its value was one
+#: term for every layer-by-layer kernel, so it is read as both the DW and the PW family's.
+RENAMED = {"graph_lbl_kernel_s": ("graph_dw_kernel_s", "graph_pw_kernel_s")}
 #: Provenance fields of a fit (everything else but `sources` is a parameter the cost model reads).
 META_FIELDS = ("source_gpu", "driver", "date", "records", "record_count", "borrowed", "sources", "ci")
 
@@ -32,6 +37,26 @@ class KernelFit(BaseModel):
     """Fitted parameters of fuseplanner's kernels on one GPU, with where they were fitted."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        """A fit of an earlier version: each `RENAMED` field (and its source note) read as the fields
+        that replace it, unless the fit gives them."""
+        if not isinstance(data, dict) or not any(k in data for k in RENAMED):
+            return data
+        data = dict(data)
+        sources = dict(data.get("sources") or {})
+        for old, new in RENAMED.items():
+            if old in data:
+                value, note = data.pop(old), sources.pop(old, None)
+                for n in new:
+                    data.setdefault(n, value)
+                    if note is not None:
+                        sources.setdefault(n, note)
+        if "sources" in data:
+            data["sources"] = sources
+        return data
 
     source_gpu: str = Field(min_length=1, description="the GPU the parameters were fitted on (bundled spec name or device name)")
     driver: str = Field(default="", description="NVIDIA driver / CUDA version of the fitted records")
