@@ -28,18 +28,20 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from fuseplanner.core.kinds import KERNEL_KINDS
-from fuseplanner.cost.execution import launch_terms, predict
+from fuseplanner.cost.execution import family_field, launch_terms, predict
 from fuseplanner.frontend.holdout import holdout_models
 from fuseplanner.frontend.load import load_model
 from fuseplanner.hw.spec import gpu
+from fuseplanner.kernels.family import FAMILIES as KERNEL_FAMILIES
 from fuseplanner.kernels.family import family
 from fuseplanner.planning.recost import recost
+from fuseplanner.planning.whole import predict_whole
 from fuseplanner.planning.whole import steps as whole_steps
 from fuseplanner.validation.microbench import apply_measured
 from fuseplanner.validation.whole import read, unfused_plan
 
-FAMILIES = ("dw", "pw", "fused")
-FIELDS = tuple(f"graph_{f}_kernel_s" for f in FAMILIES)
+FAMILIES = tuple(f.name for f in KERNEL_FAMILIES)
+FIELDS = tuple(family_field(f) for f in FAMILIES)
 
 
 @dataclass(frozen=True)
@@ -136,8 +138,6 @@ def step_residuals(data: tuple[np.ndarray, ...], x: np.ndarray) -> np.ndarray:
 
 
 def replay_errors(rows: list[Run], spec) -> np.ndarray:
-    from fuseplanner.planning.whole import predict_whole
-
     out = []
     for run in rows:
         w = predict_whole(run.graph, spec, run.plans[0], "graph", unfused_plan=run.plans[1])

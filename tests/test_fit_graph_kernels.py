@@ -3,12 +3,11 @@ step times (CPU only, a committed whole run of MobileNetV1)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from script_module import load
 
 from fuseplanner.hw.spec import gpu
 from fuseplanner.planning.whole import predict_whole
@@ -19,11 +18,7 @@ RUN = str(WHOLE / "fp32fp32_b1" / "mobilenet_v1.json.gz")
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("fit_graph_kernels", ROOT / "scripts" / "fit_graph_kernels.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses resolve their annotations through sys.modules
-    spec.loader.exec_module(mod)
-    return mod
+    return load(ROOT / "scripts" / "fit_graph_kernels.py")
 
 
 @pytest.fixture(scope="module")

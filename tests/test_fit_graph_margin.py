@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from script_module import load
 
 from fuseplanner.hw.spec import gpu
 from fuseplanner.validation.whole import read
@@ -18,10 +18,7 @@ RUN = str(ROOT / "data" / "records" / "h100" / "whole" / "fp32fp32_b1" / "mobile
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("fit_graph_margin", ROOT / "scripts" / "fit_graph_margin.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load(ROOT / "scripts" / "fit_graph_margin.py")
 
 
 def test_threshold_is_set_in_the_fit_only():

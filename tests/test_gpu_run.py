@@ -3,26 +3,18 @@ the summary and the archive (CPU: the steps run here are plain Python commands).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import tarfile
 from pathlib import Path
 
 import pytest
+from script_module import load
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("gpu_run", ROOT / "scripts" / "gpu_run.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_run"] = mod  # dataclasses resolve their module
-    spec.loader.exec_module(mod)
-    return mod
-
-
-gr = _load()
+gr = load(ROOT / "scripts" / "gpu_run.py")
 
 
 def test_fields_split_into_positionals_and_options():

@@ -3,22 +3,17 @@ private name read across stages, no function over 80 lines, beyond the check's r
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import warnings
 from pathlib import Path
 
 import pytest
+from script_module import load
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _checker():
-    spec = importlib.util.spec_from_file_location("check_imports", ROOT / "tools" / "check_imports.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("check_imports", module)  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load(ROOT / "tools" / "check_imports.py")
 
 
 def _write(root: Path, rel: str, text: str) -> None:

@@ -110,11 +110,9 @@ def test_mobilevit_linear_layers():
 
 
 def test_builder_fixtures_are_up_to_date(tmp_path):
-    import importlib.util
+    from script_module import load
 
-    spec = importlib.util.spec_from_file_location("build_fixtures", MODELS_DIR / "build_fixtures.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load(MODELS_DIR / "build_fixtures.py")
     for path in module.build_builder_fixtures(tmp_path):
         assert path.read_bytes() == (MODELS_DIR / path.name).read_bytes(), f"regenerate {path.name}"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from script_module import load
 
 from fuseplanner.core.errors import PlanError
 from fuseplanner.core.ir import Tile
@@ -86,13 +87,7 @@ def test_whole_results_keep_their_plan_through_json(tmp_path):
 
 
 def _store_script():
-    import importlib.util
-
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("store_whole_plans", root / "scripts" / "store_whole_plans.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load(Path(__file__).resolve().parents[1] / "scripts" / "store_whole_plans.py")
 
 
 def test_store_whole_plans_adds_the_plan_that_reproduces_the_run(tmp_path, monkeypatch, capsys):

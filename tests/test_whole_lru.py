@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from script_module import load
 
 from fuseplanner.core.errors import PlanError
 from fuseplanner.hw.spec import gpu
@@ -90,9 +90,7 @@ def test_a_saved_record_end_to_end(capsys):
         assert write_b == 0
         assert abs(read_b / row.measured[v][0] - 1) < 0.2
         assert row.arena_bytes[v] > 0
-    spec = importlib.util.spec_from_file_location("lru_script", ROOT / "scripts/lru_traffic.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load(ROOT / "scripts/lru_traffic.py")
     assert script.main([str(RECORD), "--gpu", "h100"]) == 0
     out = capsys.readouterr().out
     assert "| mnasnet0_5 | fp32/fp32 | 1 | planned |" in out and "| held-out | fp32/fp32 | 1 | 1 |" in out  # mnasnet0_5 is held out
@@ -101,8 +99,6 @@ def test_a_saved_record_end_to_end(capsys):
 def test_script_rejects_a_file_that_is_not_a_record(tmp_path, capsys):
     bad = tmp_path / "x.json"
     bad.write_text("{}")
-    spec = importlib.util.spec_from_file_location("lru_script", ROOT / "scripts/lru_traffic.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load(ROOT / "scripts/lru_traffic.py")
     assert script.main([str(bad)]) == 2
     assert capsys.readouterr().err.startswith("error:")

@@ -49,7 +49,7 @@ from fuseplanner.core.ir import Cost
 from fuseplanner.core.kinds import CONTEXTS, KERNEL_KINDS, REDUCE_OP_TYPES
 from fuseplanner.cost.library import Launch, graph_seconds
 from fuseplanner.hw.spec import GpuSpec
-from fuseplanner.kernels.family import family
+from fuseplanner.kernels.family import FAMILIES, family
 
 
 @dataclass(frozen=True)
@@ -143,6 +143,11 @@ def check_context(context: str) -> str:
     return context
 
 
+def family_field(name: str) -> str:
+    """The spec field of the graph launch term of kernel family `name` (`kernels.family`)."""
+    return f"graph_{name}_kernel_s"
+
+
 def launch_terms(spec: GpuSpec) -> LaunchTerms:
     """The spec's launch terms, unset graph facts falling back as the module docstring says."""
     floor = float(spec.eff("launch_overhead_s"))
@@ -154,8 +159,7 @@ def launch_terms(spec: GpuSpec) -> LaunchTerms:
     opaque = float(opaque) if opaque is not None else interval
     return LaunchTerms(floor_s=floor, tail_s=float(tail) if tail is not None else floor, interval_s=interval,
                        opaque_floor_s=opaque, reduce_floor_s=float(reduce) if reduce is not None else opaque,
-                       family_kernel_s={"dw": spec.hw.graph_dw_kernel_s, "pw": spec.hw.graph_pw_kernel_s,
-                                        "fused": spec.hw.graph_fused_kernel_s})  # fmt: skip
+                       family_kernel_s={f.name: getattr(spec.hw, family_field(f.name)) for f in FAMILIES})  # fmt: skip
 
 
 def context_time(cost: Cost, terms: LaunchTerms, context: str, opaque: bool = False, op_type: str = "") -> float:
