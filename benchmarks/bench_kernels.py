@@ -82,7 +82,7 @@ def score(kind, op, t, sms, tc_path=False, fill_exp=0.7):
 
 def pick_tiles(kind, op, dtype, precision, gpu, k):
     """The cost model's best tile, then up to `k` shortlisted by the heuristic `score`."""
-    cands = tiles.candidates(kind, [op], dtype, gpu)
+    cands = tiles.candidates(kind, [op], dtype, gpu, precision)
     model = planner.TileSearch(gpu, dtype, op.batch, "time", "ours", precision).best(kind, (op,)).tile
     sms = getattr(gpu, "sm_count", 132)
     tc_path = dtype == "fp16" or precision == "tf32"

@@ -87,7 +87,7 @@ def _block_cost(kind: str, ops, t: Tile, batch: int, tensor: bool) -> float:
 
 def shortlist(kind: str, ops, dtype: str, precision: str, batch: int, gpu, n: int = 8) -> list[Tile]:
     """The n best tiles by `_block_cost`, at most one per (th, tw, tf) so the list stays diverse."""
-    cands = tiles.candidates(kind, ops, dtype, gpu)
+    cands = tiles.candidates(kind, ops, dtype, gpu, precision)
     tensor = dtype == "fp16" or precision == "tf32"
     cands = [t for t in cands if t.threads in (128, 256) and t.tc in (16, 32, 64)]
     out, seen = [], set()
@@ -293,7 +293,7 @@ def cost_model_tile(kind, ops, dtype, precision, batch, gpu):
         return None
     try:
         best = None
-        for t in tiles.candidates(kind, ops, dtype, gpu):
+        for t in tiles.candidates(kind, ops, dtype, gpu, precision):
             c = cost.estimate(kind, ops, t, dtype, batch, gpu, precision=precision)
             if c.feasible and (best is None or c.time_s < best[1]):
                 best = (t, c.time_s)

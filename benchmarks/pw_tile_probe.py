@@ -98,7 +98,7 @@ def main() -> int:
     w, b = (cp.asarray(a) for a in params_h[0])
     params = [(w.astype(np_dt), b)]
     keep = {int(t) for t in args.threads.split(",") if t}
-    cands = [t for t in tiles.candidates("pw", [op], dtype, gpu) if not keep or t.threads in keep]
+    cands = [t for t in tiles.candidates("pw", [op], dtype, gpu, precision) if not keep or t.threads in keep]
     model = planner.TileSearch(gpu, dtype, op.batch, "time", "ours", precision).best("pw", (op,)).tile
     if args.only:
         try:

@@ -187,10 +187,10 @@ def test_register_fit_recovers_a_linear_table():
     rows = []
     for n, base in ((64, 60), (128, 70), (256, 90)):
         for tf in (8, 16, 32, 64, 128):
-            t = Tile(4, 8, tf, 8, n)
-            rows.append(register_checks.Launch("pw", "fp16", t, round(base + 1.5 * tf * 32 / n), 4096, 1, (str(t), n)))
+            t, acc = Tile(4, 8, tf, 8, n), tf * 32 / n
+            rows.append(register_checks.Launch("pw", "fp16", t, acc, round(base + 1.5 * acc), 4096, 1, (str(t), n)))
     # left out: the compiler's ceiling, not the slope
-    rows.append(register_checks.Launch("pw", "fp16", Tile(32, 32, 64, 8, 64), 255, 4096, 1, ("capped",)))
+    rows.append(register_checks.Launch("pw", "fp16", Tile(32, 32, 64, 8, 64), 1024.0, 255, 4096, 1, ("capped",)))
     slope, base = register_checks.fit_table(rows)[("pw", "fp16")]
     assert slope == pytest.approx(1.5, abs=0.02)
     assert base == {64: 60, 128: 70, 256: 90}
@@ -201,27 +201,39 @@ def test_launches_read_the_recorded_kernels():
     run = load_runs([LAYERS])[0]
     rows = register_checks.launches([run])
     assert len(rows) == sum(len(r.measured.kernels or ()) for r in run.records if r.measured) > 20
+    # each launch's accumulators are its family's, over the member ops of the run's model
+    fused = [r for r in rows if r.kind in ("pw_dw", "dw_pw", "pw_dw_pw")]
+    assert fused and all(r.acc > 0 and r.mode == "fp16" for r in fused)
     hw = specs.gpu("h100").hw
     # a table fitted to these launches gets at least as many blocks per SM right as the accumulator estimate
     assert register_checks.matches(rows, register_checks.fit_table(rows), hw) >= register_checks.matches(rows, {}, hw)
 
 
 def test_spill_scan_splits_launches_at_the_ceiling():
-    big, small = Tile(28, 14, 128, 64, 256), Tile(4, 4, 16, 16, 256)
-    # dw_pw fp16: 61 + 1.07 x (128 x 28 x 14 / 256 = 196) = 270.7 -> 271 registers: over 255;
-    #   61 + 1.07 x 1 -> 63: within
-    assert register_checks.over_ceiling("dw_pw", big, "fp16") is True
-    assert register_checks.over_ceiling("dw_pw", small, "fp16") is False
-    assert register_checks.over_ceiling("no_such_kind", small, "fp16") is None
+    from opfactory import dw, pw
+
+    from fuseplanner.validation.validate import Step
+
+    big, small = Tile(28, 14, 128, 32, 256), Tile(4, 4, 16, 16, 256)
+    ops = (dw(128, 56, 56).with_batch(8), pw(128, 128, 56, 56).with_batch(8))
+    # dw_pw fp16 (tensor cores), 28 x 14 x 128: the 128 x 392 GEMM in 64 x 56 warp groups, (128 / 64) x
+    #   (392 / 56) = 14 groups over 8 warps -> 2 a warp x (4 x 7 mma tiles x 4) = 224 accumulators:
+    #   55 + 1.12 x 224 = 305.9 -> 306 registers: over 255; 4 x 4 x 16: one 16 x 16 group, 8 accumulators
+    #   in one warp (registers.COMPILED, dw_pw fp16 at 256 threads)
+    assert register_checks.over_ceiling(Step("dw_pw", ops, big), "fp16", "fp32") is True
+    assert register_checks.over_ceiling(Step("dw_pw", ops, small), "fp16", "fp32") is False
 
     def rec(i, tile, meas, pred, frame):
         return {"id": f"g0.t{i}", "role": "tile", "group": "g0", "kind": "dw_pw", "step_kinds": ["dw_pw"],
+                "nodes": ["node_Conv_459", "node_Conv_462"],
                 "tiles": [asdict(tile)], "predicted": {"ours": {"time_s": pred}},
                 "measured": {"time_cold_s": meas, "kernels": [{"kind": "dw_pw", "blocks": 1, "threads": 256, "smem_bytes": 0,
                                                        "regs": 255, "local_bytes": frame, "blocks_per_sm": 1,
                                                        "limiter": "registers"}]}}  # fmt: skip
 
-    data = {"meta": {"dtype": "fp16"}, "records": [rec(0, big, 6e-5, 1e-5, 2144), rec(1, small, 2e-5, 1e-5, 0)]}
+    # MobileNetV1's 128 -> 128 DW->PW pair on 56 x 56 at batch 8
+    data = {"meta": {"model": "mobilenet_v1", "dtype": "fp16", "batch": 8},
+            "records": [rec(0, big, 6e-5, 1e-5, 2144), rec(1, small, 2e-5, 1e-5, 0)]}
     scan = register_checks.spill_scan([Run("x", "x", data)])
     assert scan.ratios == {True: [pytest.approx(6.0)], False: [pytest.approx(2.0)]}
     assert scan.frames == {(True, True): 1, (False, False): 1} and scan.best == {False: 1}
@@ -310,7 +322,7 @@ def test_compiled_registers_set_the_compiler_against_the_estimate():
     assert sorted(st.kind for st, _, _ in jobs) == ["dw_pw", "pw_dw", "pw_dw_pw"]  # one planned tile per group
 
     def twice(nvcc, step, dtype, precision, workdir):  # a compiler allocating twice the estimate, failing on dw_pw
-        return None if step.kind == "dw_pw" else 2 * tiles.regs_per_thread(step.kind, step.tile, dtype)
+        return None if step.kind == "dw_pw" else 2 * tiles.regs_per_thread(step.kind, step.ops, step.tile, dtype, precision)
 
     rows = nv.compiled_registers(jobs, spec, "nvcc", compile_fn=twice)
     assert sorted(r.kind for r in rows) == ["pw_dw", "pw_dw_pw"] and all(r.allocated == 2 * r.estimated for r in rows)

@@ -15,6 +15,7 @@ from fuseplanner.cost.time import blocks_per_sm, kernel_time, warp_rates
 from fuseplanner.costbase.work import Work
 from fuseplanner.hw.spec import GpuSpec, gpu
 from fuseplanner.kernels import registers, tiles
+from fuseplanner.kernels.family import family
 
 H100 = gpu("h100")
 
@@ -32,24 +33,59 @@ def pinned(monkeypatch):
 
 
 def test_allocated_from_the_table_by_hand():
-    # dw_pw fp32, 256 threads: base 111 + 1.14 x (128 x 1 x 4 / 256 = 2 outputs) = 113.28 -> 114
-    assert registers.allocated("dw_pw", Tile(1, 4, 128, 32, 256), "fp32", PINNED) == 114
-    # the same tile in fp16: 73 + 1.04 x 2 = 75.08 -> 76
-    assert registers.allocated("dw_pw", Tile(1, 4, 128, 32, 256), "fp16", PINNED) == 76
-    # dw fp32 at 128 threads: 32 + 0 x outputs
-    assert registers.allocated("dw", Tile(8, 8, 8, 8, 128), "fp32", PINNED) == 32
-    # 64-thread dw_pw fp32 of 196 outputs a thread: 88 + 1.14 x 196 = 311 -> the 255 ceiling
-    assert registers.allocated("dw_pw", Tile(7, 7, 256, 8, 64), "fp32", PINNED) == 255
-    # the bundled table (refitted for the current fused kernels): 61 + 1.31 x 2 = 63.62 -> 64
-    assert registers.allocated("dw_pw", Tile(1, 4, 128, 32, 256), "fp32") == 64
+    # dw_pw exact fp32, 256 threads, 2 accumulators a thread: base 111 + 1.14 x 2 = 113.28 -> 114
+    assert registers.allocated("dw_pw", "fp32", 256, 2.0, PINNED) == 114
+    # fp16 with 4 accumulators: 73 + 1.04 x 4 = 77.16 -> 78; TF32 has no row here: it shares fp32's
+    assert registers.allocated("dw_pw", "fp16", 256, 4.0, PINNED) == 78
+    assert registers.allocated("dw_pw", "tf32", 256, 2.0, PINNED) == 114
+    # dw fp32 at 128 threads: 32 + 0 x accumulators
+    assert registers.allocated("dw", "fp32", 128, 4.0, PINNED) == 32
+    # 64-thread dw_pw fp32 of 196 accumulators a thread: 88 + 1.14 x 196 = 311 -> the 255 ceiling
+    assert registers.wanted("dw_pw", "fp32", 64, 196.0, PINNED) == 312
+    assert registers.allocated("dw_pw", "fp32", 64, 196.0, PINNED) == 255
+    # the bundled table (fitted to the H100 compiles of data/records/h100/registers): 55 + 1.17 x 2 = 57.34 -> 58
+    assert registers.allocated("dw_pw", "fp32", 256, 2.0) == 58
+    assert registers.mode("fp32", "tf32") == "tf32" and registers.mode("fp16", "tf32") == "fp16"
 
 
 def test_allocated_falls_back_to_the_accumulators():
-    t = Tile(4, 8, 32, 8, 128)  # 8 outputs a thread
-    assert registers.allocated("dw_pw", t, "fp32", table={}) == 40 + 8 == registers.accumulators(t)
+    assert registers.allocated("dw_pw", "fp32", 128, 8.0, table={}) == 40 + 8 == registers.least(8.0)
     # a thread count the row lacks takes the middle base of the row
     row = {("pw", "fp32"): (1.0, {64: 30, 128: 50, 256: 70})}
-    assert registers.allocated("pw", Tile(4, 8, 32, 8, 512), "fp32", table=row) == 50 + 2
+    assert registers.allocated("pw", "fp32", 512, 2.0, table=row) == 50 + 2
+
+
+def test_fused_accumulators_follow_the_launchers_gemm_split():
+    # PW->DW 160 -> 960 channels on 24 x 24, tile 12 x 24 pixels x 64 channels, chunks of 16, 256 threads.
+    # The expansion runs over the 3x3 DW's halo window: (12 - 1) + 3 = 14 rows of 24 + 2 = 26 columns.
+    ops = (pw(160, 960, 24, 24), dw(960, 24, 24))
+    t = Tile(12, 24, 64, 16, 256)
+    # fp16 stages rows from an even column: 26 + 1 -> 28 wide, n = 14 x 28 = 392; the 64 x 392 GEMM in
+    #   warp groups of 64 x 56 (4 x 7 mma tiles of 16 x 8, 4 fp32 accumulators a thread each) = 112
+    assert tiles.block_gemms("pw_dw", ops, t, 2)["1"].np_ == 392
+    assert tiles.mma_group(64, 392, 8, False)[:2] == (64, 56)
+    assert family("pw_dw").accumulators("pw_dw", ops, t, "fp16", "fp32") == 112
+    # TF32: 26 wide, n = 364 -> 368; groups of 64 x 16 (4 x 2 tiles) = 32; exact fp32: a 4 x 8 micro-tile
+    #   per thread = 32 (streamed: one group at a time)
+    assert tiles.mma_group(64, 368, 8, False)[:2] == (64, 16)
+    assert family("pw_dw").accumulators("pw_dw", ops, t, "fp32", "tf32") == 32
+    assert tiles.fma_group(64, 364, 256, False)[:2] == (4, 8)
+    assert family("pw_dw").accumulators("pw_dw", ops, t, "fp32", "fp32") == 32
+    # registers: fp16 row at 256 threads 46 + 1.47 x 112 = 210.64 -> 211 (the 64-register row the
+    #   table had before it counted accumulators put every tile of this kind at 64); TF32 42 + 1.4 x 32
+    #   = 86.8 -> 87; exact fp32 39 + 1.29 x 32 = 80.28 -> 81
+    assert tiles.regs_per_thread("pw_dw", ops, t, "fp16") == 211
+    assert tiles.regs_per_thread("pw_dw", ops, t, "fp32", "tf32") == 87
+    assert tiles.regs_per_thread("pw_dw", ops, t, "fp32") == 81
+    # DW->PW keeps its PW outputs resident: 960 -> 160 on 7 x 7, 1 x 4 pixels x 128 filters, 256 threads:
+    #   exact fp32 1 x 2 micro-tiles, 128 x 4 / 2 = 256 of them over 256 threads -> 2 accumulators;
+    #   fp16 the 128 x 8 (4 pixels padded to 8) GEMM in 16 x 8 tiles, 8 over 8 warps -> 4 accumulators
+    ops = (dw(960, 7, 7), pw(960, 160, 7, 7))
+    t = Tile(1, 4, 128, 32, 256)
+    assert family("dw_pw").accumulators("dw_pw", ops, t, "fp32", "fp32") == 2
+    assert family("dw_pw").accumulators("dw_pw", ops, t, "fp16", "fp32") == 4
+    # layer kernels count their outputs a thread: 128 x 4 / 256 = 2
+    assert family("pw").accumulators("pw", ops[1:], t, "fp32", "fp32") == 2
 
 
 def test_occupancy_uses_the_compiled_registers(pinned):
@@ -61,30 +97,47 @@ def test_occupancy_uses_the_compiled_registers(pinned):
     c = estimate("dw_pw", ops, t, "fp32", 1, H100)
     k = c.kernels[0]
     assert (k.regs_per_thread, k.blocks_per_sm) == (114, 2)
-    assert blocks_per_sm(k.smem_bytes, 256, registers.accumulators(t), H100.hw) == (3, "shared memory")
+    assert blocks_per_sm(k.smem_bytes, 256, registers.least(2.0), H100.hw) == (3, "shared memory")
 
 
 def test_feasibility_rejects_by_registers_with_reason():
     ops = (dw(64, 112, 112), pw(64, 256, 112, 112))
-    t = Tile(32, 32, 32, 8, 64)  # 32 x 32 x 32 / 64 = 512 outputs a thread
-    # the fp32 dw_pw row: base 59 at 64 threads + 1.31 x 512 = 729.7 -> 730 registers
+    t = Tile(32, 32, 32, 8, 64)
+    # exact fp32: the resident 32 x 1024 PW GEMM in 4 x 8 micro-tiles, 1,024 of them over 64 threads = 16
+    #   a thread x 32 = 512 accumulators; the fp32 dw_pw row: base 59 at 64 threads + 1.17 x 512 = 658.04
+    #   -> 659 registers
     why = tiles.check("dw_pw", ops, t, "fp32", H100)
-    assert why is not None and "730 registers" in why and "limit 255" in why and "spill" in why
+    assert why is not None and "659 registers" in why and "limit 255" in why and "spill" in why
     assert not estimate("dw_pw", ops, t, "fp32", 1, H100).feasible
 
 
 def test_tiles_the_compiler_would_spill_are_refused():
     # MobileNetV1's fp16 DW->PW at batch 8 (data/records/h100/fit/mobilenet_v1-fp16-b8-sweep): 28 x 14
-    # pixels x 128 filters over 256 threads = 196 outputs a thread; the fp16 dw_pw row gives
-    # 61 + 1.07 x 196 = 270.7 -> 271 > 255 registers (it compiled to 32 registers and a 2,144-B stack
-    # frame and ran 6.4x its predicted time); 4 x 56 x 128 (112 outputs) wants 61 + 119.8 -> 181
+    # pixels x 128 filters over 256 threads: the resident 128 x 392 GEMM in 64 x 56 warp groups, (128 / 64)
+    # x (392 / 56) = 14 over 8 warps -> 2 a warp x 112 = 224 accumulators; the fp16 dw_pw row gives
+    # 55 + 1.12 x 224 = 305.9 -> 306 > 255 registers (it compiled to 32 registers and a 2,144-B stack
+    # frame and ran 6.4x its predicted time); 4 x 56 x 128 (n = 224: 2 x 4 = 8 groups, one a warp, 112
+    # accumulators) wants 55 + 125.4 -> 181
     ops = (dw(128, 56, 56), pw(128, 128, 56, 56))
-    assert registers.wanted("dw_pw", Tile(28, 14, 128, 32, 256), "fp16") == 271
+    assert tiles.regs_wanted("dw_pw", ops, Tile(28, 14, 128, 32, 256), "fp16") == 306
     why = tiles.check("dw_pw", ops, Tile(28, 14, 128, 32, 256), "fp16", H100)
-    assert why is not None and "271 registers" in why
+    assert why is not None and "306 registers" in why
+    assert tiles.regs_wanted("dw_pw", ops, Tile(4, 56, 128, 64, 256), "fp16") == 181
     assert tiles.check("dw_pw", ops, Tile(4, 56, 128, 64, 256), "fp16", H100) is None
     feasible = {t for t, _, _ in tiles.feasible_candidates("dw_pw", ops, "fp16", H100)}
     assert Tile(28, 14, 128, 32, 256) not in feasible and Tile(4, 56, 128, 64, 256) in feasible
+
+
+def test_precision_picks_the_row_and_the_split():
+    # the same PW->DW tile wants 211 registers in fp16 but 87 in TF32 (above): feasibility and the
+    # candidate set follow the precision they are asked for
+    ops = (pw(160, 960, 24, 24), dw(960, 24, 24))
+    tf32 = {t: r for t, _, r in tiles.feasible_candidates("pw_dw", ops, "fp32", H100, "tf32")}
+    exact = {t: r for t, _, r in tiles.feasible_candidates("pw_dw", ops, "fp32", H100)}
+    shared = tf32.keys() & exact.keys()
+    assert len(shared) > 100 and sum(tf32[t] != exact[t] for t in shared) > len(shared) // 2
+    t = Tile(12, 24, 64, 16, 256)
+    assert (tf32[t], exact[t]) == (87, 81)
 
 
 def _work(blocks: int) -> Work:

@@ -52,20 +52,20 @@ def fast(kind, ops, dtype, batch, spec, objective, residual=False, precision="fp
 
 
 @SETTINGS
-@given(groups(), st.sampled_from(["fp32", "fp16"]), specs)
-def test_feasible_candidates_are_the_grid_tiles_check_accepts(group, dtype, spec_name):
+@given(groups(), st.sampled_from(["fp32", "fp16"]), specs, st.sampled_from(["fp32", "tf32"]))
+def test_feasible_candidates_are_the_grid_tiles_check_accepts(group, dtype, spec_name, precision):
     kind, ops = group
     spec = gpu(spec_name)
-    accepted = [t for t in tiles.candidate_grid(kind, ops) if tiles.check(kind, ops, t, dtype, spec) is None]
+    accepted = [t for t in tiles.candidate_grid(kind, ops) if tiles.check(kind, ops, t, dtype, spec, precision) is None]
     even = [t for t in accepted if (t.tf * t.th * t.tw) % t.threads == 0]
     # uneven tiles (threads past the outputs idle) only for the pw/linear kernel and only when no tile is even
     want = even or (accepted if kind in tiles.UNEVEN_KINDS else [])
     assert len(even) == len(accepted) or kind in tiles.UNEVEN_KINDS
-    got = tiles.feasible_candidates(kind, ops, dtype, spec)
-    assert [t for t, _, _ in got] == want == tiles.candidates(kind, ops, dtype, spec)
+    got = tiles.feasible_candidates(kind, ops, dtype, spec, precision)
+    assert [t for t, _, _ in got] == want == tiles.candidates(kind, ops, dtype, spec, precision)
     for t, smem, regs in got:
         assert smem == tiles.smem_bytes(kind, ops, t, dtype)
-        assert regs == tiles.regs_per_thread(kind, t, dtype)
+        assert regs == tiles.regs_per_thread(kind, ops, t, dtype, precision)
 
 
 @SETTINGS
@@ -198,7 +198,7 @@ def test_floor_work_is_the_work_without_bytes_and_times_at_most_the_bound(group,
     precision = precision if dtype == "fp32" else "fp32"
     km = context(kind, ops, dtype)
     counted = ("blocks", "iters", "nf", "nsp", "cuda_flops", "mma_flops")
-    for t, smem, regs in tiles.feasible_candidates(kind, ops, dtype, spec)[::5]:
+    for t, smem, regs in tiles.feasible_candidates(kind, ops, dtype, spec, precision)[::5]:
         floor = km.floor(t, batch)
         work = km.work(t, batch, residual, precision=precision)
         assert {f: getattr(floor, f) for f in counted} == {f: getattr(work, f) for f in counted}

@@ -55,7 +55,7 @@ def distinct_fused_steps(runs: Sequence[Run], spec: Any) -> list[tuple[Step, str
     jobs: dict[tuple, tuple[Step, str, str]] = {}
     for s in fit.load_samples([r.path for r in runs]):
         for st in s.steps:
-            if st.kind in tiles.FUSED_KINDS and not tiles.check(st.kind, st.ops, st.tile, s.dtype, spec):
+            if st.kind in tiles.FUSED_KINDS and not tiles.check(st.kind, st.ops, st.tile, s.dtype, spec, s.precision):
                 key = (st.kind, s.dtype, str(st.tile), tuple((o.c_in, o.c_out, o.kernel, o.stride) for o in st.ops))
                 jobs.setdefault(key, (st, s.dtype, s.precision))
     return list(jobs.values())
@@ -67,10 +67,10 @@ def compiled_registers(jobs: Sequence[tuple[Step, str, str]], spec: Any, nvcc: s
     with tempfile.TemporaryDirectory() as tmp, concurrent.futures.ThreadPoolExecutor(workers) as ex:
         regs = list(ex.map(lambda j: compile_fn(nvcc, j[0], j[1], j[2], tmp), jobs))
     rows = []
-    for (st, dtype, _), got in zip(jobs, regs, strict=True):
+    for (st, dtype, precision), got in zip(jobs, regs, strict=True):
         if got is None:
             continue
-        est = tiles.regs_per_thread(st.kind, st.tile, dtype)
+        est = tiles.regs_per_thread(st.kind, st.ops, st.tile, dtype, precision)
         smem = tiles.smem_bytes(st.kind, st.ops, st.tile, dtype)
         rows.append(CompiledTile(st.kind, dtype, str(st.tile), got, est,
                                  blocks_per_sm(smem, st.tile.threads, got, spec.hw)[0],

@@ -166,7 +166,7 @@ def run_registers(args: argparse.Namespace) -> int:
     if args.compile and nvcc is None:
         raise AnalysisError("--compile needs nvcc on PATH (the CUDA toolkit; no GPU)")
     spec, runs = _load(args, predicted=False)
-    tables, fitted = rc.register_tables(runs, spec.hw)
+    tables, fitted = rc.register_tables(runs, spec.hw, getattr(args, "model", None))
     if nvcc:
         from fuseplanner.analysis import nvcc_registers as nv
 

@@ -115,12 +115,7 @@ def _from_results(args: argparse.Namespace) -> int:
 
     meta = load_results(args.from_results[0]).meta
     base = specs.gpu(meta.gpu if args.gpu == "auto" else args.gpu)
-    samples, dropped = fit.feasible(base, fit.load_samples(args.from_results, args.model))
-    if dropped:
-        sys.stderr.write(f"skipped {len(dropped)} records that the current kernels cannot launch with spec "
-                         f"{base.name} (measured with an earlier kernel), e.g. {dropped[0]}\n")
-    if not samples:
-        raise FusePlannerError("no record of these results can be launched with the current kernels: nothing to fit")
+    samples = _launchable(base, fit.load_samples(args.from_results, args.model), "these results")
     only = [f.strip() for f in args.fit.split(",") if f.strip()] if args.fit else None
     result = fit.fit_spec(base, samples, only=only)
     ident = _record_intervals(args, base, samples, only, result.values)
@@ -184,6 +179,21 @@ def _write_fitted(out: Path, base, measured: dict, notes: dict, kf) -> None:
     out.write_text(to_toml(d, measured, notes))
 
 
+def _launchable(spec, samples: list, source: str) -> list:
+    """The samples whose every launch the current kernels and register table admit with `spec`; the others
+    (measured with an earlier kernel, or a tile now known to spill) are skipped with a note on stderr."""
+    from fuseplanner.validation import fit
+
+    keep, dropped = fit.feasible(spec, samples)
+    if dropped:
+        sys.stderr.write(f"skipped {len(dropped)} records that the current kernels cannot launch with spec "
+                         f"{spec.name} (measured with an earlier kernel, or over the register ceiling), e.g. "
+                         f"{dropped[0]}\n")  # fmt: skip
+    if not keep:
+        raise FusePlannerError(f"no record of {source} can be launched with the current kernels: nothing to fit")
+    return keep
+
+
 def _sweep_fit(args: argparse.Namespace, start, records: list[dict], meta: dict, path: Path):
     """(fit result, KernelFit) of `start` fitted to sweep `records`."""
     from fuseplanner.validation import sweep
@@ -192,6 +202,7 @@ def _sweep_fit(args: argparse.Namespace, start, records: list[dict], meta: dict,
     samples = sweep.records_to_samples(records)
     if not samples:
         raise FusePlannerError(f"{path}: no sweep record ran correctly: nothing to fit")
+    samples = _launchable(start, samples, str(path))
     if args.from_scratch:
         start = sweep.scratch(start)
     resamples = 8 if args.resamples is None else max(0, args.resamples)

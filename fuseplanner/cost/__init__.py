@@ -292,14 +292,14 @@ def _estimate_paper(
 
     km = context(kind, ops, dtype)
     gs, e = km.gs, km.e
-    reason = tiles.check(kind, ops, tile, dtype, spec)
+    reason = tiles.check(kind, ops, tile, dtype, spec, precision)
     if reason:
         return Cost(feasible=False, reason=f"{kind} {tile}: {reason}")
     r, w = paper.gma_elements(kind, gs, tile.th, tile.tw, tile.tf, batch, residual)
     r, w = r * e, w * e
     hw = spec.hw
     smem = tiles.smem_bytes(kind, ops, tile, dtype)
-    regs = tiles.regs_per_thread(kind, tile, dtype)
+    regs = tiles.regs_per_thread(kind, ops, tile, dtype, precision)
     bps, _ = blocks_per_sm(smem, tile.threads, regs, hw)
     last = gs[-1]
     nsp = -(-last.ho // tile.th) * (1 if last.tokens_major else -(-last.wo // tile.tw))
@@ -329,7 +329,7 @@ def estimate_op(op: Op, dtype: str, batch: int, gpu: GpuSpec | str, *, precision
     if op.kind in LAYER_KINDS:
         batch = launch_batch((op,), batch)
         best: Cost | None = None
-        for t in tiles.candidates(op.kind, (op,), dtype, spec):
+        for t in tiles.candidates(op.kind, (op,), dtype, spec, precision):
             c = estimate_ours(op.kind, (op,), t, dtype, batch, spec, "add" in op.epilogue, precision)
             if c.feasible and (best is None or c.time_s < best.time_s):
                 best = c

@@ -257,12 +257,12 @@ def estimate_ours(
     if precision not in PRECISIONS:
         raise PlanError(f"unknown precision {precision!r}: use fp32 or tf32")
     km = _model(kind, ops, dtype)
-    reason = tiles.check(kind, ops, tile, dtype, gpu)
+    reason = tiles.check(kind, ops, tile, dtype, gpu, precision)
     if reason:
         return Cost(feasible=False, reason=f"{kind} {tile}: {reason}")
     hw = gpu.hw
     smem = tiles.smem_bytes(kind, ops, tile, dtype)
-    regs = tiles.regs_per_thread(kind, tile, dtype)
+    regs = tiles.regs_per_thread(kind, ops, tile, dtype, precision)
     bps, limiter = blocks_per_sm(smem, tile.threads, regs, hw)
     if bps < 1:
         return Cost(feasible=False, reason=f"{kind} {tile}: no block fits on an SM ({limiter})")

@@ -52,9 +52,10 @@ def _members(kind: str) -> tuple[str, ...]:
     return KERNEL_MEMBERS[kind][0]
 
 
-def check_tile(kind: str, ops: Sequence[Op], tile: Tile, dtype: str = "fp32", gpu=None) -> None:
+def check_tile(kind: str, ops: Sequence[Op], tile: Tile, dtype: str = "fp32", gpu=None,
+               precision: str = "fp32") -> None:
     """Raise TileError with the cost model's reason when `tile` cannot run for this kernel on `gpu`
-    (default: the current device)."""
+    (default: the current device) at `precision`."""
     family(kind)  # PlanError for an unknown kind
     if len(ops) != len(_members(kind)):
         raise PlanError(f"kernel kind {kind} takes {len(_members(kind))} ops, got {len(ops)}")
@@ -62,7 +63,7 @@ def check_tile(kind: str, ops: Sequence[Op], tile: Tile, dtype: str = "fp32", gp
         from fuseplanner.kernels._common import device_spec
 
         gpu = device_spec(require_device())
-    reason = tiles.check(kind, ops, tile, dtype, gpu)
+    reason = tiles.check(kind, ops, tile, dtype, gpu, precision)
     if reason is not None:
         raise TileError(reason)
 
@@ -85,7 +86,7 @@ def prepare(kind: str, ops: Sequence[Op], tile: Tile, x, params, *, dtype: str =
     """
     require_device()
     ops = _with_batch(tuple(ops), kind, x)
-    check_tile(kind, ops, tile, dtype, gpu)
+    check_tile(kind, ops, tile, dtype, gpu, precision)
     if len(params) != len(ops):
         raise PlanError(f"params must hold one (weight, bias) pair per op: got {len(params)} for {len(ops)} ops")
     return family(kind).preparer(kind)(ops, tile, x, params, dtype=dtype, precision=precision, residual=residual, out=out)

@@ -7,9 +7,9 @@ through `family(kind)` instead of testing kind names. Adding a kernel kind touch
 folder (`fuseplanner/kernels/families/<family>/`), `core.kinds` and, for a new family, `FAMILIES`
 below (docs/DESIGN.md, "Adding a kernel kind").
 
-Registers per thread come from `kernels.registers` (a table per kind and dtype); the float64
-reference (`validation.reference.reference`) applies any kind's member ops in order, so neither
-needs a per-family entry.
+Registers per thread come from `kernels.registers`: a table per kind and math mode over each family's
+`accumulators`. The float64 reference (`validation.reference.reference`) applies any kind's member ops
+in order, so it needs no per-family entry.
 """
 
 from __future__ import annotations
@@ -60,6 +60,11 @@ class KernelFamily(Protocol):
 
     def smem(self, kind: str, ops: Sequence[Op], th: int, tw: int, tf: int, tc: int, e: int) -> int:
         """Shared memory (bytes) of one block of tile (th, tw, tf, tc) for element size `e`."""
+        ...
+
+    def accumulators(self, kind: str, ops: Sequence[Op], tile: Tile, dtype: str, precision: str) -> float:
+        """fp32 accumulators a thread holds at once: the slope variable of its row of the register
+        table (`kernels.registers`)."""
         ...
 
     def splits(self, kind: str) -> bool:

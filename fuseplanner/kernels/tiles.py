@@ -137,13 +137,20 @@ def cluster_split(kind: str, ops: Sequence[Op], tile: Tile, batch: int, gpu, dty
     return ks
 
 
-def regs_per_thread(kind: str, tile: Tile, dtype: str) -> int:
-    """Registers per thread the `kind` kernel of `tile` compiles to (`registers.allocated`)."""
-    return registers.allocated(kind, tile, dtype)
+def regs_wanted(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, precision: str = "fp32") -> int:
+    """Registers per thread the `kind` kernel of `tile` would compile to without the hardware ceiling
+    (`registers.wanted` over the family's `accumulators`)."""
+    acc = family(kind).accumulators(kind, ops, tile, dtype, precision)
+    return registers.wanted(kind, registers.mode(dtype, precision), tile.threads, acc)
 
 
-def check(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, gpu) -> str | None:
-    """Why `tile` cannot run for this kernel on `gpu`, or None when it can.
+def regs_per_thread(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, precision: str = "fp32") -> int:
+    """Registers per thread the `kind` kernel of `tile` compiles to: `regs_wanted`, at most the ceiling."""
+    return min(registers.MAX_REGS_PER_THREAD, regs_wanted(kind, ops, tile, dtype, precision))
+
+
+def check(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, gpu, precision: str = "fp32") -> str | None:
+    """Why `tile` cannot run for this kernel on `gpu` in `dtype` storage at `precision`, or None when it can.
 
     `gpu` is a GpuSpec (fields smem_per_block_bytes, max_threads_per_block, regs_per_sm).
     """
@@ -170,7 +177,7 @@ def check(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, gpu) -> str | No
     smem = smem_bytes(kind, ops, tile, dtype)
     if smem > gpu.smem_per_block_bytes:
         return f"needs {smem} B of shared memory per block, {gpu.name} allows {gpu.smem_per_block_bytes} B"
-    regs = registers.wanted(kind, tile, dtype)  # within the ceiling, what the compiler allocates
+    regs = regs_wanted(kind, ops, tile, dtype, precision)  # within the ceiling, what the compiler allocates
     if regs > registers.MAX_REGS_PER_THREAD:
         return (f"needs about {regs} registers per thread (limit {registers.MAX_REGS_PER_THREAD}; the compiler "
                 "would spill to local memory)")
@@ -219,7 +226,7 @@ def candidate_grid(kind: str, ops: Sequence[Op]) -> list[Tile]:
     ]
 
 
-def candidates(kind: str, ops: Sequence[Op], dtype: str, gpu) -> list[Tile]:
+def candidates(kind: str, ops: Sequence[Op], dtype: str, gpu, precision: str = "fp32") -> list[Tile]:
     """The candidate tiles the planner searches for a kernel of `kind` over `ops`, feasible ones only.
 
     Spatial sizes are powers of two plus divisors of the output map (e.g. 7, 14, 28) and the whole
@@ -228,10 +235,11 @@ def candidates(kind: str, ops: Sequence[Op], dtype: str, gpu) -> list[Tile]:
     order; where there is none, for a kind in UNEVEN_KINDS, the uneven tiles `check` accepts (threads
     past the outputs idle) instead.
     """
-    return [t for t, _, _ in feasible_candidates(kind, ops, dtype, gpu)]
+    return [t for t, _, _ in feasible_candidates(kind, ops, dtype, gpu, precision)]
 
 
-def feasible_candidates(kind: str, ops: Sequence[Op], dtype: str, gpu) -> list[tuple[Tile, int, int]]:
+def feasible_candidates(kind: str, ops: Sequence[Op], dtype: str, gpu,
+                        precision: str = "fp32") -> list[tuple[Tile, int, int]]:
     """`candidates` with each tile's shared memory (`smem_bytes`) and registers per thread
     (`regs_per_thread`), which the cost model needs again.
 
@@ -242,13 +250,14 @@ def feasible_candidates(kind: str, ops: Sequence[Op], dtype: str, gpu) -> list[t
     fam = family(kind)
     if fam.shape_reason(kind, ops):
         return []
-    out = _feasible(kind, ops, dtype, gpu, even=True)
+    out = _feasible(kind, ops, dtype, gpu, precision, even=True)
     if not out and fam.uneven:
-        out = _feasible(kind, ops, dtype, gpu, even=False)
+        out = _feasible(kind, ops, dtype, gpu, precision, even=False)
     return out
 
 
-def _feasible(kind: str, ops: Sequence[Op], dtype: str, gpu, even: bool) -> list[tuple[Tile, int, int]]:
+def _feasible(kind: str, ops: Sequence[Op], dtype: str, gpu, precision: str,
+              even: bool) -> list[tuple[Tile, int, int]]:
     """`feasible_candidates` of the even tiles (the threads divide the outputs) or the uneven ones."""
     ths, tws, tfs, tcs = _grid_sizes(kind, ops)
     ho, wo = _last(ops).hw_out
@@ -256,8 +265,8 @@ def _feasible(kind: str, ops: Sequence[Op], dtype: str, gpu, even: bool) -> list
     max_threads, smem_limit, regs_sm = gpu.max_threads_per_block, gpu.smem_per_block_bytes, gpu.regs_per_sm
     threads_ok = [n for n in THREADS if n >= 1 and n <= max_threads and n % 32 == 0]
     fam = family(kind)
-    smem_of, chunks = fam.smem, fam.chunk_sizes
-    e = dtype_bytes(dtype)
+    smem_of, chunks, acc_of = fam.smem, fam.chunk_sizes, fam.accumulators
+    mode, e = registers.mode(dtype, precision), dtype_bytes(dtype)
     out: list[tuple[Tile, int, int]] = []
     append = out.append
     for th in ths:
@@ -281,7 +290,7 @@ def _feasible(kind: str, ops: Sequence[Op], dtype: str, gpu, even: bool) -> list
                         continue
                     for threads in fits:
                         tile = Tile(th, tw, tf, tc, threads)
-                        regs = registers.wanted(kind, tile, dtype)
+                        regs = registers.wanted(kind, mode, threads, acc_of(kind, ops, tile, dtype, precision))
                         if regs > registers.MAX_REGS_PER_THREAD:
                             continue
                         if regs * threads <= regs_sm:

@@ -133,7 +133,7 @@ class TileSearch:
         key = ("tiles", kind, tuple(_signature(op) for op in ops))
         hit = self.cache.get(key)
         if hit is None:
-            hit = tiles_mod.feasible_candidates(kind, ops, self.dtype, self.gpu)
+            hit = tiles_mod.feasible_candidates(kind, ops, self.dtype, self.gpu, self.precision)
             if self.excluded:
                 hit = [] if kernel_key(kind, ops, None) in self.excluded else [
                     c for c in hit if kernel_key(kind, ops, c[0]) not in self.excluded]

@@ -162,7 +162,7 @@ def sweep_tiles(kind: str, ops: Sequence[Op], planned: Tile, residual: bool, ctx
                 count: int = SWEEP_TILES) -> list[Tile]:
     """Up to `count` feasible tiles other than `planned`, evenly spread over the predicted-time ranking
     (the best few and the worst are both represented, so rank correlation means something)."""
-    cands = [t for t in tiles_mod.candidates(kind, ops, ctx.dtype, ctx.gpu) if t != planned]
+    cands = [t for t in tiles_mod.candidates(kind, ops, ctx.dtype, ctx.gpu, ctx.precision) if t != planned]
     if not cands:
         return []
     timed = sorted(((_predicted_time(kind, ops, t, residual, ctx), t) for t in cands), key=lambda p: (p[0], p[1]))

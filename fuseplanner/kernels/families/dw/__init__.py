@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from fuseplanner.core.ir import Op, Tile
+from fuseplanner.kernels.registers import outputs_per_thread
 from fuseplanner.kernels.tile_common import ACC_BYTES, _halo, _rup
 
 #: Widest copy (bytes) of dw.cu's window staging: 8, not 16, since a staged row starts at a
@@ -65,6 +66,9 @@ class DwFamily:
         kh, kw = ops[0].kernel
         filters = _rup(tf * kh * kw * ACC_BYTES, 16)  # the window starts 16-byte aligned
         return tf * hh * dw_row_stride(ops, tw, e) * e + filters
+
+    def accumulators(self, kind: str, ops: Sequence[Op], tile: Tile, dtype: str, precision: str) -> float:
+        return outputs_per_thread(tile)
 
     def splits(self, kind: str) -> bool:
         return False

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import NamedTuple
 
-from fuseplanner.core.ir import Op, Tile, dtype_bytes
+from fuseplanner.core.ir import Op, Tile, dtype_bytes, math_mode
 from fuseplanner.core.kinds import GROUP_KINDS as FUSED_KINDS
 from fuseplanner.kernels.tile_common import ACC_BYTES, _aligned, _halo, _rup, halo_window
 
@@ -263,6 +263,25 @@ def mma_group(m: int, n: int, warps: int, resident: bool) -> tuple[int, int, int
     return best[1]
 
 
+def gemm_accumulators(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, precision: str) -> float:
+    """fp32 accumulators a thread of the `kind` kernel holds at once in its block GEMMs, as the launcher
+    groups them (launch.gemm_defines): a streamed GEMM holds one group (GM x GN outputs of a thread, or
+    of a warp's 16 x 8 mma tiles, 4 per tile and thread), a resident one every group the thread owns
+    (fused_common.cuh, BlockAcc). The register table's slope variable (`kernels.registers`)."""
+    exact = math_mode(dtype, precision) == 0
+    units = tile.threads if exact else tile.threads // 32
+    total = 0
+    for g in block_gemms(kind, ops, tile, dtype_bytes(dtype)).values():
+        if exact:
+            gm, gn, me, ne = fma_group(g.m, g.n, tile.threads, g.resident)
+            per = gm * gn
+        else:
+            gm, gn, me, ne = mma_group(g.mp, g.np_, units, g.resident)
+            per = gm * gn // 32
+        total += per * (math.ceil((me // gm) * (ne // gn) / units) if g.resident else 1)
+    return float(total)
+
+
 class FusedFamily:
     """The fused kernels: tiles, shared memory, cost models, launchers and sources (see
     `family.KernelFamily`)."""
@@ -289,6 +308,9 @@ class FusedFamily:
 
     def smem(self, kind: str, ops: Sequence[Op], th: int, tw: int, tf: int, tc: int, e: int) -> int:
         return fused_smem_total(_fused_smem_layout(kind, ops, th, tw, tf, tc, e))
+
+    def accumulators(self, kind: str, ops: Sequence[Op], tile: Tile, dtype: str, precision: str) -> float:
+        return gemm_accumulators(kind, ops, tile, dtype, precision)
 
     def splits(self, kind: str) -> bool:
         return kind == "dw_pw"  # the DW->PW reduction over a thread-block cluster

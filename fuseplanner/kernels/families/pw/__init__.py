@@ -11,6 +11,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from fuseplanner.core.ir import Op, Tile, dtype_bytes, math_mode
+from fuseplanner.kernels.registers import outputs_per_thread
 from fuseplanner.kernels.tile_common import ACC_BYTES
 
 #: Row padding of the pw/linear kernel's shared-memory chunks (pw.cu XPAD, WPAD).
@@ -225,6 +226,9 @@ class PwFamily:
         # weights Ws[tf][tc + PW_KPAD_BYTES/e], inputs Xs[tc][p + PW_XPAD] (NCHW) or Xs[p][tc + pad] (linear)
         stage = _pw_stage_bytes(kind, th * tw, tf, tc, e)
         return _pw_stages(stage) * stage
+
+    def accumulators(self, kind: str, ops: Sequence[Op], tile: Tile, dtype: str, precision: str) -> float:
+        return outputs_per_thread(tile)
 
     def splits(self, kind: str) -> bool:
         return True
