@@ -220,7 +220,9 @@ def test_a_fit_with_the_single_layer_by_layer_graph_term_still_loads(tmp_path):
     # term for every layer-by-layer kernel, read as both the DW and the PW family's
     text = (ROOT / "gpu_specs" / "h100.toml").read_text()
     lines = [ln for ln in text.splitlines() if not ln.startswith(("graph_dw_kernel_s", "graph_pw_kernel_s"))]
-    text = "\n".join(lines).replace("graph_fused_kernel_s = -7.097e-07", "graph_fused_kernel_s = -2.6e-07\ngraph_lbl_kernel_s = 4.1e-07")
+    text = re.sub(r"^graph_fused_kernel_s = [-+0-9.e]+$", "graph_fused_kernel_s = -2.6e-07\ngraph_lbl_kernel_s = 4.1e-07",
+                  "\n".join(lines), count=1, flags=re.MULTILINE)  # fmt: skip
+    assert "graph_lbl_kernel_s = 4.1e-07" in text
     text = text.replace('graph_fused_kernel_s = "fitted', 'graph_lbl_kernel_s = "an earlier note"\ngraph_fused_kernel_s = "fitted', 1)
     path = tmp_path / "old.toml"
     path.write_text(text)
