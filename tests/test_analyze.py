@@ -77,6 +77,28 @@ def test_accuracy_by_work_prints_the_band_table(capsys):
     assert "Layer-by-layer launches by work" in out and "| < 10 MFLOP | 1 | 1.20 | 1.20 | 1.20 |" in out
 
 
+def test_block_bias_bands_the_pw_launches_by_outputs_per_thread(capsys):
+    def rec(i, kind, tile, pred_us, meas_us):
+        return {"id": f"L{i}", "role": "layer", "kind": kind, "step_kinds": [kind], "tiles": [asdict(tile)],
+                "predicted": {"ours": {"time_s": pred_us * 1e-6}}, "measured": {"time_cold_s": meas_us * 1e-6}}
+
+    # outputs per thread = filters x pixels / threads: 64 x 32 / 256 = 8 (band 8 - 32), 16 x 32 / 256 = 2
+    # (under 8), a linear tile of 32 token rows x 256 filters over 128 threads = 64 (32 and over); the DW
+    # layer and the fused launch are not PW/linear layers and stay out
+    data = {"meta": {"dtype": "fp32"}, "records": [
+        rec(0, "pw", Tile(4, 8, 64, 8, 256), 12, 10), rec(1, "pw", Tile(4, 8, 16, 8, 256), 9, 10),
+        rec(2, "linear", Tile(32, 1, 256, 8, 128), 30, 10), rec(3, "dw", Tile(4, 8, 16, 16, 256), 20, 10),
+        rec(4, "pw_dw", Tile(4, 8, 16, 8, 256), 20, 10)]}  # fmt: skip
+    bands = acc.block_bias([Run("x", "x", data)])
+    assert [(b.lo, b.hi) for b in bands] == [(0.0, 8.0), (8.0, 32.0), (32.0, None)]
+    assert [b.ratios for b in bands] == [pytest.approx((0.9,)), pytest.approx((1.2,)), pytest.approx((3.0,))]
+    table = acc.block_bias_table(bands)
+    assert table.rows == (("< 8", "1", "0.90", "0.90", "0.90"), ("8 - 32", "1", "1.20", "1.20", "1.20"),
+                          (">= 32", "1", "3.00", "3.00", "3.00"))  # fmt: skip
+    assert main(["analyze", "accuracy", LAYERS, "--stored", "--by-block", "--markdown", "-"]) == 0
+    assert "by outputs per thread" in capsys.readouterr().out
+
+
 def test_accuracy_pools_records_and_groups_over_runs():
     run, pooled = acc.accuracy(load_runs([SMALL]))[0], acc.accuracy(load_runs([SMALL, SMALL]))[-1]
     assert pooled.time.n == 2 * run.time.n and pooled.time.median == run.time.median

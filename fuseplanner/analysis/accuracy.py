@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from fuseplanner.analysis.runs import Run
 from fuseplanner.analysis.tables import Table, cell_mp
 from fuseplanner.validation import report
+from fuseplanner.validation.records import Record
 
 METRICS = ("gma", "dram", "time")
 
@@ -117,11 +118,14 @@ def accuracy_table(rows: Sequence[AccuracyRow], spec_name: str | None = None) ->
 
 #: FLOP bands of `work_bias` (upper bounds; the last band is open).
 WORK_BANDS = (1e7, 1e8, 3e8, 1e9)
+#: Outputs-per-thread bands of `block_bias` (upper bounds; the last band is open).
+BLOCK_BANDS = (8.0, 32.0)
 
 
 @dataclass(frozen=True)
 class WorkBand:
-    """Predicted / measured time of the single-launch layer records whose work falls in [lo, hi) FLOPs."""
+    """Predicted / measured time of the single-launch layer records whose measure (work in FLOPs for
+    `work_bias`, outputs per thread for `block_bias`) falls in [lo, hi)."""
 
     lo: float
     hi: float | None
@@ -133,43 +137,73 @@ class WorkBand:
         return float(np.quantile(self.ratios, q)) if self.ratios else None
 
 
-def _single_layer_ratios(runs: Sequence[Run]) -> list[tuple[float, float]]:
-    """(FLOPs, predicted / measured time) of every measured record that is one layer-by-layer launch."""
+def _single_layer_launches(runs: Sequence[Run]) -> list[tuple[Record, float]]:
+    """(record, predicted / measured time) of every measured record that is one layer-by-layer launch."""
     from fuseplanner.core.kinds import LAYER_KINDS
 
     out = []
     for run in runs:
         for r in run.records:
             pred, kinds = r.prediction("ours"), r.step_kinds or (r.kind,)
-            if (r.ok and pred is not None and pred.time_s and r.measured.time_cold_s and r.flops is not None
+            if (r.ok and pred is not None and pred.time_s and r.measured.time_cold_s
                     and len(kinds) == 1 and kinds[0] in LAYER_KINDS):  # fmt: skip
-                out.append((float(r.flops), pred.time_s / r.measured.time_cold_s))
+                out.append((r, pred.time_s / r.measured.time_cold_s))
     return out
+
+
+def _banded(pairs: Sequence[tuple[float, float]], bands: Sequence[float]) -> list[WorkBand]:
+    edges = (0.0, *bands, None)
+    return [WorkBand(lo, hi, tuple(r for x, r in pairs if x >= lo and (hi is None or x < hi)))
+            for lo, hi in zip(edges[:-1], edges[1:], strict=True)]  # fmt: skip
 
 
 def work_bias(runs: Sequence[Run], bands: Sequence[float] = WORK_BANDS) -> list[WorkBand]:
     """The layer-by-layer launches of `runs` by work: where the time model runs fast or slow with size
     (a ratio over 1 is a launch predicted slower than it ran)."""
-    pairs = _single_layer_ratios(runs)
-    edges = (0.0, *bands, None)
-    return [WorkBand(lo, hi, tuple(r for f, r in pairs if f >= lo and (hi is None or f < hi)))
-            for lo, hi in zip(edges[:-1], edges[1:], strict=True)]  # fmt: skip
+    return _banded([(float(r.flops), q) for r, q in _single_layer_launches(runs) if r.flops is not None], bands)
+
+
+def block_bias(runs: Sequence[Run], bands: Sequence[float] = BLOCK_BANDS) -> list[WorkBand]:
+    """The layer-by-layer PW and linear launches of `runs` by the outputs each thread accumulates (its
+    register block, `registers.outputs_per_thread` of the tile): where the time model misjudges the
+    kernel's register blocking (a ratio over 1 is a launch predicted slower than it ran)."""
+    from fuseplanner.kernels.registers import outputs_per_thread
+
+    return _banded([(outputs_per_thread(r.tiles[0]), q) for r, q in _single_layer_launches(runs)
+                     if r.tiles and (r.step_kinds or (r.kind,))[0] in ("pw", "linear")], bands)  # fmt: skip
 
 
 def _flops(x: float) -> str:
     return f"{x / 1e9:g} GFLOP" if x >= 1e8 else f"{x / 1e6:g} MFLOP"
 
 
-def work_bias_table(bands: Sequence[WorkBand], spec_name: str | None = None) -> Table:
-    def cell(b: WorkBand, q: float) -> str:
-        v = b.quantile(q)
-        return "-" if v is None else f"{v:.2f}"
+def _band_cell(b: WorkBand, q: float) -> str:
+    v = b.quantile(q)
+    return "-" if v is None else f"{v:.2f}"
 
+
+def block_bias_table(bands: Sequence[WorkBand], spec_name: str | None = None) -> Table:
+    def band(b: WorkBand) -> str:
+        return f">= {b.lo:g}" if b.hi is None else f"< {b.hi:g}" if not b.lo else f"{b.lo:g} - {b.hi:g}"
+
+    rows = tuple((band(b), str(len(b.ratios)), _band_cell(b, 0.1), _band_cell(b, 0.5), _band_cell(b, 0.9))
+                 for b in bands)  # fmt: skip
+    source = f"predictions recomputed with spec {spec_name}" if spec_name else "predictions as recorded"
+    return Table(
+        title="Layer-by-layer PW and linear launches by outputs per thread: predicted / measured time",
+        columns=("outputs per thread", "n", "p10", "median", "p90"), rows=rows,
+        numeric=(False, True, True, True, True),
+        note=f"Single pw/linear launches, cold-L2 time; outputs per thread: tile filters x pixels / threads, the "
+        f"register block a thread accumulates; over 1: predicted slower than measured ({source}).",
+    )  # fmt: skip
+
+
+def work_bias_table(bands: Sequence[WorkBand], spec_name: str | None = None) -> Table:
     def band(b: WorkBand) -> str:
         return f">= {_flops(b.lo)}" if b.hi is None else f"< {_flops(b.hi)}" if not b.lo else f"{_flops(b.lo)} - {_flops(b.hi)}"
 
     rows = tuple((band(b), str(len(b.ratios)),
-                  cell(b, 0.1), cell(b, 0.5), cell(b, 0.9)) for b in bands)  # fmt: skip
+                  _band_cell(b, 0.1), _band_cell(b, 0.5), _band_cell(b, 0.9)) for b in bands)  # fmt: skip
     source = f"predictions recomputed with spec {spec_name}" if spec_name else "predictions as recorded"
     return Table(
         title="Layer-by-layer launches by work: predicted / measured time",

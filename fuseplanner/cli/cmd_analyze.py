@@ -50,6 +50,8 @@ def _options(parsers: dict) -> None:
     a = parsers["accuracy"]
     a.add_argument("--by-work", action="store_true", help="also the layer-by-layer launches' predicted / measured "
                    "time by work (FLOP bands): whether the model runs slow or fast with size")
+    a.add_argument("--by-block", action="store_true", help="also the layer-by-layer PW/linear launches' predicted / "
+                   "measured time by outputs per thread (the register block a thread accumulates)")
     a.add_argument("--train", nargs="+", default=None, metavar="RESULTS",
                    help="the runs the spec was fitted on: also score RESULTS without the records whose (model, dtype, "
                    "batch, nodes, tile) a training record has, and each model's records alone")
@@ -124,6 +126,10 @@ def run_accuracy(args: argparse.Namespace) -> int:
         from fuseplanner.analysis.accuracy import work_bias, work_bias_table
 
         tables.append(work_bias_table(work_bias(runs), name))
+    if args.by_block:
+        from fuseplanner.analysis.accuracy import block_bias, block_bias_table
+
+        tables.append(block_bias_table(block_bias(runs), name))
     return _show(tables, args)
 
 
