@@ -4,7 +4,10 @@
     python scripts/compiled_registers.py compile --out regs.jsonl.gz --per-group 3 --jobs 16 \
         mobilenet_v1 mobilenet_v2 mobilenet_v3_large mnasnet1_0 efficientnet_b0 mobilevit_xxs
     # anywhere: the fused rows of `kernels.registers.COMPILED` fitted to the records
-    python scripts/compiled_registers.py fit data/records/h100/registers/*.jsonl.gz
+    python scripts/compiled_registers.py fit data/records/h100/registers/fused-compiled.jsonl.gz
+    # out of sample: the held-out models compiled the same way, scored with the bundled table
+    python scripts/compiled_registers.py compile --holdout --out held.jsonl.gz --per-group 5 --jobs 15 MODEL...
+    python scripts/compiled_registers.py score data/records/h100/registers/holdout-compiled.jsonl.gz
 
 `compile` takes every legal fusion group of each model (`planning.candidates.find_candidates`), its
 tiles that pass every feasibility rule but the register estimate (`tiles.check` without the table), and
@@ -15,10 +18,14 @@ a run does (CuPy's NVRTC, then the driver) and reads the registers and local mem
 has; `--compiler nvcc` uses the CUDA toolkit's ptxas instead (no GPU; its allocation can differ from the
 driver's). One `CompiledKernel` record per kernel, JSON lines.
 
+`score` sets the bundled table against compiled records of any models: `compile --holdout` compiles the
+held-out models' groups (`models/holdout.toml`; `fit` refuses their records), so the table's error on
+models its fit never saw can be reported apart.
+
 `fit` refits each fused (kind, math mode) row as `fuseplanner analyze registers` does
 (`register_checks.fit_table`: least-squares slope over the accumulators, median base per block size)
 and prints the rows as Python, with how many kernels each row and the current table put on the right
-side of the 255-register ceiling. Held-out models (`models/holdout.toml`) are refused.
+side of the 255-register ceiling. Held-out models (`models/holdout.toml`) are refused by `fit`.
 """
 
 from __future__ import annotations
@@ -89,15 +96,17 @@ def group_tiles(kind: str, ops: Sequence[Op], dtype: str, precision: str, spec, 
     return [ranked[i] for i in picks]
 
 
-def jobs(models: Sequence[str], modes: Sequence[str], per_group: int, spec) -> list[Job]:
-    """One job per distinct kernel (`#define`s) of the models' fusion groups and sampled tiles."""
+def jobs(models: Sequence[str], modes: Sequence[str], per_group: int, spec, holdout: bool = False) -> list[Job]:
+    """One job per distinct kernel (`#define`s) of the models' fusion groups and sampled tiles. Held-out
+    models only with `holdout` (their records are for `score`, which `fit` refuses), and then only they."""
     from fuseplanner.kernels.families.fused.launch import kernel_defines
 
     held = {m.name for m in holdout_models()}
     out: dict[tuple, Job] = {}
     for name in models:
-        if name in held:
-            _fail(f"{name} is a held-out model: no fit may see it")
+        if (name in held) != holdout:
+            _fail(f"{name} is a held-out model: no fit may see it (compile it with --holdout, for score)"
+                  if name in held else f"{name} is not a held-out model: --holdout compiles only those")
         graph = load_model(name)
         for cand in find_candidates(graph, GROUP_KINDS).groups:
             ops = tuple(graph.op(n) for n in cand.members)
@@ -171,7 +180,8 @@ def compile_all(todo: Sequence[Job], compile_fn: Callable[[Job], tuple[int, int]
     return n
 
 
-def read(paths: Iterable[str | Path]) -> list[CompiledKernel]:
+def read(paths: Iterable[str | Path], holdout_ok: bool = False) -> list[CompiledKernel]:
+    """The records of `paths`; a held-out model's record is an error unless `holdout_ok` (scoring)."""
     held = {m.name for m in holdout_models()}
     out = []
     for p in paths:
@@ -179,7 +189,7 @@ def read(paths: Iterable[str | Path]) -> list[CompiledKernel]:
             for line in f:
                 if line.strip():
                     r = CompiledKernel.model_validate(json.loads(line))
-                    if r.model in held:
+                    if r.model in held and not holdout_ok:
                         _fail(f"{p}: {r.model} is a held-out model: no fit may see it")
                     out.append(r)
     return out
@@ -221,6 +231,29 @@ def fit(paths: Sequence[str]) -> dict:
     return table
 
 
+def score(paths: Sequence[str], table=None) -> dict[tuple[str, str], tuple[int, float, int]]:
+    """The register table (`table`, default the bundled one) against compiled records of any models,
+    held-out ones included: per (kind, mode) and pooled ("all", "all"), (kernels, median |error| of the
+    kernels under the ceiling, kernels on the right side of the ceiling). Printed as a table."""
+    table = registers.COMPILED if table is None else table
+    recs = read(paths, holdout_ok=True)
+    groups: dict[tuple[str, str], list[CompiledKernel]] = {}
+    for r in recs:
+        groups.setdefault((r.kind, r.mode), []).append(r)
+    out = {}
+    for key, sub in [*sorted(groups.items()), (("all", "all"), recs)]:
+        err = [abs(registers.wanted(r.kind, r.mode, r.tile["threads"], r.acc, table) - r.regs)
+               for r in sub if r.regs < AT_CEILING]  # fmt: skip
+        out[key] = (len(sub), float(np.median(err)) if err else float("nan"), ceiling_agreement(sub, table))
+    models = sorted({r.model for r in recs})
+    print(f"{len(recs)} compiled kernels of {', '.join(models)}")
+    print("| kind | math mode | kernels | median abs error (registers) | right side of the ceiling |")
+    print("|---|---|---:|---:|---:|")
+    for (kind, mode), (n, med, right) in out.items():
+        print(f"| {kind} | {mode} | {n} | {med:.1f} | {right} of {n} |")
+    return out
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -232,8 +265,11 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--jobs", type=int, default=4)
     c.add_argument("--compiler", choices=("cupy", "nvcc"), default="cupy")
     c.add_argument("--gpu", default="h100")
+    c.add_argument("--holdout", action="store_true", help="compile held-out models (only those) for score")
     f = sub.add_parser("fit", help="refit the fused rows of the register table to compiled records")
     f.add_argument("records", nargs="+")
+    sc = sub.add_parser("score", help="the bundled register table against compiled records (held-out models too)")
+    sc.add_argument("records", nargs="+")
     return p
 
 
@@ -242,10 +278,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cmd == "fit":
         fit(args.records)
         return 0
+    if args.cmd == "score":
+        score(args.records)
+        return 0
     modes = [m for m in args.modes.split(",") if m]
     if not modes or any(m not in MODES for m in modes) or args.per_group < 1 or args.jobs < 1:
         _fail(f"--modes takes {', '.join(MODES)}; --per-group and --jobs at least 1")
-    todo = jobs(args.models, modes, args.per_group, gpu(args.gpu))
+    todo = jobs(args.models, modes, args.per_group, gpu(args.gpu), args.holdout)
     random.Random(0).shuffle(todo)  # a run cut short keeps a spread of models, kinds and modes
     print(f"{len(todo)} distinct kernels to compile", file=sys.stderr, flush=True)
     fn = cupy_compile if args.compiler == "cupy" else nvcc_compile
