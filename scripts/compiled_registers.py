@@ -96,11 +96,18 @@ def group_tiles(kind: str, ops: Sequence[Op], dtype: str, precision: str, spec, 
     return [ranked[i] for i in picks]
 
 
+def _defines(job: Job) -> dict[str, int]:
+    """The `#define`s the job's kernel compiles with (every member with a bias, no residual)."""
+    from fuseplanner.kernels.families.fused.launch import kernel_defines
+
+    _, kind, ops, _, mode, tile = job
+    dtype, precision = MODES[mode]
+    return kernel_defines(kind, ops, tile, dtype, precision, [True] * len(ops), False)
+
+
 def jobs(models: Sequence[str], modes: Sequence[str], per_group: int, spec, holdout: bool = False) -> list[Job]:
     """One job per distinct kernel (`#define`s) of the models' fusion groups and sampled tiles. Held-out
     models only with `holdout` (their records are for `score`, which `fit` refuses), and then only they."""
-    from fuseplanner.kernels.families.fused.launch import kernel_defines
-
     held = {m.name for m in holdout_models()}
     out: dict[tuple, Job] = {}
     for name in models:
@@ -113,20 +120,17 @@ def jobs(models: Sequence[str], modes: Sequence[str], per_group: int, spec, hold
             for mode in modes:
                 dtype, precision = MODES[mode]
                 for t in group_tiles(cand.kind, ops, dtype, precision, spec, per_group):
-                    d = kernel_defines(cand.kind, ops, t, dtype, precision, [True] * len(ops), False)
-                    out.setdefault((cand.kind, tuple(sorted(d.items()))), (name, cand.kind, ops, cand.members, mode, t))
+                    job = (name, cand.kind, ops, cand.members, mode, t)
+                    out.setdefault((cand.kind, tuple(sorted(_defines(job).items()))), job)
     return list(out.values())
 
 
 def cupy_compile(job: Job) -> tuple[int, int]:
     """(registers, local bytes) of the job's kernel built as a run builds it (CuPy, on the GPU)."""
     from fuseplanner.kernels import _build
-    from fuseplanner.kernels.families.fused.launch import SOURCES, kernel_defines
+    from fuseplanner.kernels.families.fused.launch import SOURCES
 
-    _, kind, ops, _, mode, tile = job
-    dtype, precision = MODES[mode]
-    defines = kernel_defines(kind, ops, tile, dtype, precision, [True] * len(ops), False)
-    attrs = _build.kernel_attributes(_build.compile_kernel(*SOURCES[kind], defines))
+    attrs = _build.kernel_attributes(_build.compile_kernel(*SOURCES[job[1]], _defines(job)))
     return attrs["regs"], attrs["local_bytes"]
 
 
@@ -134,15 +138,14 @@ def nvcc_compile(job: Job) -> tuple[int, int]:
     """(registers, local bytes) ptxas reports for the job's kernel (`nvcc --resource-usage`, no GPU)."""
     import re
 
+    from fuseplanner.analysis.nvcc_registers import USED
     from fuseplanner.kernels import kernel_source, nvcc_report
-    from fuseplanner.kernels.families.fused.launch import SOURCES, kernel_defines
+    from fuseplanner.kernels.families.fused.launch import SOURCES
 
-    _, kind, ops, _, mode, tile = job
-    dtype, precision = MODES[mode]
-    defines = kernel_defines(kind, ops, tile, dtype, precision, [True] * len(ops), False)
+    _, kind, _, _, mode, tile = job
     with tempfile.TemporaryDirectory() as tmp:
-        rc, rep = nvcc_report("nvcc", kernel_source(SOURCES[kind][0], defines), tmp, timeout=600)
-    regs = re.findall(r"Used (\d+) registers", rep)
+        rc, rep = nvcc_report("nvcc", kernel_source(SOURCES[kind][0], _defines(job)), tmp, timeout=600)
+    regs = USED.findall(rep)
     if rc or not regs:
         raise RuntimeError(f"nvcc failed for {kind} {tile} {mode}: {rep.strip().splitlines()[-1] if rep.strip() else rc}")
     spill = re.findall(r"(\d+) bytes stack frame", rep)
@@ -217,26 +220,9 @@ def ceiling_agreement(recs: Sequence[CompiledKernel], table) -> int:
     return right
 
 
-def fit(paths: Sequence[str]) -> dict:
-    recs = read(paths)
-    table = register_checks.fit_table(launches(recs))
-    print(f"{len(recs)} compiled kernels; on the right side of the register ceiling: fitted rows "
-          f"{ceiling_agreement(recs, table)}, current table {ceiling_agreement(recs, registers.COMPILED)}")
-    for key in sorted(table):
-        sub = [r for r in recs if (r.kind, r.mode) == key]
-        err = [abs(registers.wanted(r.kind, r.mode, r.tile["threads"], r.acc, table) - r.regs)
-               for r in sub if r.regs < AT_CEILING]  # fmt: skip
-        print(f"  {key}: {len(sub)} kernels, median |error| {np.median(err) if err else float('nan'):.1f} registers")
-    print(register_checks.python_source(table), end="")
-    return table
-
-
-def score(paths: Sequence[str], table=None) -> dict[tuple[str, str], tuple[int, float, int]]:
-    """The register table (`table`, default the bundled one) against compiled records of any models,
-    held-out ones included: per (kind, mode) and pooled ("all", "all"), (kernels, median |error| of the
-    kernels under the ceiling, kernels on the right side of the ceiling). Printed as a table."""
-    table = registers.COMPILED if table is None else table
-    recs = read(paths, holdout_ok=True)
+def summary(recs: Sequence[CompiledKernel], table) -> dict[tuple[str, str], tuple[int, float, int]]:
+    """`table` against the records per (kind, mode) and pooled ("all", "all"): (kernels, median |error|
+    of the kernels under the ceiling, kernels on the right side of the ceiling)."""
     groups: dict[tuple[str, str], list[CompiledKernel]] = {}
     for r in recs:
         groups.setdefault((r.kind, r.mode), []).append(r)
@@ -245,6 +231,27 @@ def score(paths: Sequence[str], table=None) -> dict[tuple[str, str], tuple[int, 
         err = [abs(registers.wanted(r.kind, r.mode, r.tile["threads"], r.acc, table) - r.regs)
                for r in sub if r.regs < AT_CEILING]  # fmt: skip
         out[key] = (len(sub), float(np.median(err)) if err else float("nan"), ceiling_agreement(sub, table))
+    return out
+
+
+def fit(paths: Sequence[str]) -> dict:
+    recs = read(paths)
+    table = register_checks.fit_table(launches(recs))
+    print(f"{len(recs)} compiled kernels; on the right side of the register ceiling: fitted rows "
+          f"{ceiling_agreement(recs, table)}, current table {ceiling_agreement(recs, registers.COMPILED)}")
+    for key, (n, med, _) in summary(recs, table).items():
+        if key in table:
+            print(f"  {key}: {n} kernels, median |error| {med:.1f} registers")
+    print(register_checks.python_source(table), end="")
+    return table
+
+
+def score(paths: Sequence[str], table=None) -> dict[tuple[str, str], tuple[int, float, int]]:
+    """The register table (`table`, default the bundled one) against compiled records of any models,
+    held-out ones included (`summary`), printed as a table."""
+    table = registers.COMPILED if table is None else table
+    recs = read(paths, holdout_ok=True)
+    out = summary(recs, table)
     models = sorted({r.model for r in recs})
     print(f"{len(recs)} compiled kernels of {', '.join(models)}")
     print("| kind | math mode | kernels | median abs error (registers) | right side of the ceiling |")

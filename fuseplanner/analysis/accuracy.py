@@ -177,37 +177,30 @@ def _flops(x: float) -> str:
     return f"{x / 1e9:g} GFLOP" if x >= 1e8 else f"{x / 1e6:g} MFLOP"
 
 
-def _band_cell(b: WorkBand, q: float) -> str:
-    v = b.quantile(q)
-    return "-" if v is None else f"{v:.2f}"
+def _bias_table(bands: Sequence[WorkBand], label, title: str, column: str, what: str,
+                spec_name: str | None) -> Table:
+    """The banded predicted / measured quantiles as a table; `label(x)` writes a band edge."""
+    def band(b: WorkBand) -> str:
+        return f">= {label(b.lo)}" if b.hi is None else f"< {label(b.hi)}" if not b.lo else f"{label(b.lo)} - {label(b.hi)}"
+
+    def cell(b: WorkBand, q: float) -> str:
+        v = b.quantile(q)
+        return "-" if v is None else f"{v:.2f}"
+
+    rows = tuple((band(b), str(len(b.ratios)), cell(b, 0.1), cell(b, 0.5), cell(b, 0.9)) for b in bands)
+    source = f"predictions recomputed with spec {spec_name}" if spec_name else "predictions as recorded"
+    return Table(title=title, columns=(column, "n", "p10", "median", "p90"), rows=rows,
+                 numeric=(False, True, True, True, True),
+                 note=f"{what}, cold-L2 time; over 1: predicted slower than measured ({source}).")  # fmt: skip
 
 
 def block_bias_table(bands: Sequence[WorkBand], spec_name: str | None = None) -> Table:
-    def band(b: WorkBand) -> str:
-        return f">= {b.lo:g}" if b.hi is None else f"< {b.hi:g}" if not b.lo else f"{b.lo:g} - {b.hi:g}"
-
-    rows = tuple((band(b), str(len(b.ratios)), _band_cell(b, 0.1), _band_cell(b, 0.5), _band_cell(b, 0.9))
-                 for b in bands)  # fmt: skip
-    source = f"predictions recomputed with spec {spec_name}" if spec_name else "predictions as recorded"
-    return Table(
-        title="Layer-by-layer PW and linear launches by outputs per thread: predicted / measured time",
-        columns=("outputs per thread", "n", "p10", "median", "p90"), rows=rows,
-        numeric=(False, True, True, True, True),
-        note=f"Single pw/linear launches, cold-L2 time; outputs per thread: tile filters x pixels / threads, the "
-        f"register block a thread accumulates; over 1: predicted slower than measured ({source}).",
-    )  # fmt: skip
+    return _bias_table(bands, lambda x: f"{x:g}",
+                       "Layer-by-layer PW and linear launches by outputs per thread: predicted / measured time",
+                       "outputs per thread", "Single pw/linear launches; outputs per thread: tile filters x pixels / "
+                       "threads, the register block a thread accumulates", spec_name)  # fmt: skip
 
 
 def work_bias_table(bands: Sequence[WorkBand], spec_name: str | None = None) -> Table:
-    def band(b: WorkBand) -> str:
-        return f">= {_flops(b.lo)}" if b.hi is None else f"< {_flops(b.hi)}" if not b.lo else f"{_flops(b.lo)} - {_flops(b.hi)}"
-
-    rows = tuple((band(b), str(len(b.ratios)),
-                  _band_cell(b, 0.1), _band_cell(b, 0.5), _band_cell(b, 0.9)) for b in bands)  # fmt: skip
-    source = f"predictions recomputed with spec {spec_name}" if spec_name else "predictions as recorded"
-    return Table(
-        title="Layer-by-layer launches by work: predicted / measured time",
-        columns=("work", "n", "p10", "median", "p90"), rows=rows, numeric=(False, True, True, True, True),
-        note=f"Single dw/pw/linear launches (layers, layer tiles, group members alone), cold-L2 time; over 1: "
-        f"predicted slower than measured ({source}).",
-    )  # fmt: skip
+    return _bias_table(bands, _flops, "Layer-by-layer launches by work: predicted / measured time", "work",
+                       "Single dw/pw/linear launches (layers, layer tiles, group members alone)", spec_name)
