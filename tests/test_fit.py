@@ -171,6 +171,21 @@ def test_fit_sm_issue_cap_only_on_request(samples):
     assert "fused_sm_issue_warps" not in unasked.values
 
 
+def test_fit_chunk_step_only_on_request_from_its_start(samples, monkeypatch):
+    import scipy.optimize
+
+    starts = []
+    real = scipy.optimize.minimize
+    monkeypatch.setattr(scipy.optimize, "minimize", lambda f, x0, **k: starts.append(x0) or real(f, x0, **k))
+    spec = gpu(str(SPEC))
+    assert spec.fit.pw_chunk_cycles == 0.0  # off in the spec: the fit starts at CHUNK_START cycles
+    result = fit.fit_spec(spec, samples, max_iter=20, only=["pw_chunk_cycles"])
+    assert set(result.values) == {"pw_chunk_cycles"} and result.values["pw_chunk_cycles"] != fit.CHUNK_START  # moved by the records
+    assert len(starts) == 1 and starts[0] == pytest.approx([math.log(fit.CHUNK_START)])
+    unasked = fit.fit_spec(spec, samples, max_iter=5, only=["pw_warp_flops_per_cycle_fp32"])
+    assert "pw_chunk_cycles" not in unasked.values
+
+
 def test_fit_restarts_along_the_exponents_only_when_it_fits_one(samples, monkeypatch):
     import scipy.optimize
 

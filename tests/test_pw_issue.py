@@ -4,6 +4,7 @@ and cap an SM (`sm_issue_warps`), both off by default."""
 
 from __future__ import annotations
 
+import pytest
 from opfactory import dw, pw
 
 from fuseplanner.core.ir import Tile
@@ -66,6 +67,22 @@ def test_sm_issue_cap_applies_to_pw_and_linear_not_dw():
     assert time.warp_rates("linear", "fp16", "fp32", hw)[4] == 6.0
     assert time.warp_rates("dw", "fp32", "fp32", hw)[4] == 0.0
     assert time.warp_rates("pw_dw", "fp32", "fp32", hw)[4] == hw.fused_sm_issue_warps  # the fused kinds keep their own
+
+
+def test_chunk_step_reaches_pw_and_linear_only():
+    # 400 cycles at the H100's clock per chunk iteration of a layer-by-layer pw/linear block
+    hw = apply_measured(gpu("h100"), {"pw_chunk_cycles": 400.0}).hw
+    assert time.warp_rates("pw", "fp32", "fp32", hw)[6] == pytest.approx(400.0 / hw.clock_hz)
+    assert time.warp_rates("linear", "fp16", "fp32", hw)[6] == pytest.approx(400.0 / hw.clock_hz)
+    assert time.warp_rates("dw", "fp32", "fp32", hw)[6] == 0.0
+    assert time.warp_rates("pw_dw", "fp32", "fp32", hw)[6] == 0.0
+    # PW's 32 input channels in chunks of 8: 4 iterations per block; 1 x 4 tiles of the 7 x 7 map are
+    #   7 x 2 = 14 blocks, one per SM in one wave (no co-residency): 4 x 400 cycles more
+    t = Tile(1, 4, 16, 8, 64)
+    base = gpu("h100")
+    slow = apply_measured(base, {"pw_chunk_cycles": base.fit.pw_chunk_cycles + 400.0})
+    times = [estimate("pw", (PW,), t, "fp32", 1, s).time_s for s in (base, slow)]
+    assert times[1] - times[0] == pytest.approx(4 * 400.0 / hw.clock_hz, rel=1e-6)
 
 
 def test_each_load_weight_reaches_its_math_path_only():

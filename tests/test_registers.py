@@ -148,7 +148,7 @@ def _work(blocks: int) -> Work:
 
 def test_cluster_launch_waves_on_the_cluster_sms():
     hw = H100.hw
-    rates = (1e10, 2e10, 0.8, 1e10, 0.0, 0.0)
+    rates = (1e10, 2e10, 0.8, 1e10, 0.0, 0.0, 0.0)
     args = (2, 256, hw, 1e14, rates, 2)
     # 256 blocks at 2 per SM: one wave on 132 SMs (264 slots), two on the 120 SMs clusters reach (240)
     one = kernel_time(_work(256), 1e6, *args)
@@ -205,14 +205,27 @@ def test_sm_issue_cap_floors_a_wave_of_fused_blocks():
     #   larger of L2 and DRAM bandwidth + own compute
     t_own = 6e-3 / 3168
     chain = 4 * hw.mem_latency_s / 2 + max(1.1e6 / hw.l2_bw, 1e6 / hw.dram_bw) + t_own
-    uncapped = kernel_time(w, 1e6, 3, 256, hw, 1e14, (1e10, 2e10, 1.0, 1e12, 0.0, 0.0), 2)
+    uncapped = kernel_time(w, 1e6, 3, 256, hw, 1e14, (1e10, 2e10, 1.0, 1e12, 0.0, 0.0, 0.0), 2)
     assert uncapped == pytest.approx(hw.launch_overhead_s + chain + hw.mem_latency_s, rel=1e-9)
     # a cap of 4 warps: the SM runs its 3 blocks' work (8 warps' worth each at one warp's rate) at 4
     #   warps' rate: 3 x 1.894 us x 8 / 4 = 11.36 us, above the 3.4 us chain
-    capped = kernel_time(w, 1e6, 3, 256, hw, 1e14, (1e10, 2e10, 1.0, 1e12, 4.0, 0.0), 2)
+    capped = kernel_time(w, 1e6, 3, 256, hw, 1e14, (1e10, 2e10, 1.0, 1e12, 4.0, 0.0, 0.0), 2)
     assert capped == pytest.approx(hw.launch_overhead_s + 3 * t_own * 8 / 4 + hw.mem_latency_s, rel=1e-9)
     # a cap of 16 warps (3 x 1.894 x 8 / 16 = 2.84 us) stays under the chain: no change
-    assert kernel_time(w, 1e6, 3, 256, hw, 1e14, (1e10, 2e10, 1.0, 1e12, 16.0, 0.0), 2) == uncapped
+    assert kernel_time(w, 1e6, 3, 256, hw, 1e14, (1e10, 2e10, 1.0, 1e12, 16.0, 0.0, 0.0), 2) == uncapped
+
+
+def test_chunk_step_adds_to_each_iteration_of_the_chain():
+    hw = replace(H100.hw, coresident_exponent=0.0)
+    w = _work(396)  # as above: one full wave of 3 blocks per SM, 4 chunk iterations
+    uncapped = kernel_time(w, 1e6, 3, 256, hw, 1e14, (1e10, 2e10, 1.0, 1e12, 0.0, 0.0, 0.0), 2)
+    # 0.1 us per chunk iteration: 4 iterations x 0.1 us = 0.4 us more chain, in the one wave
+    stepped = kernel_time(w, 1e6, 3, 256, hw, 1e14, (1e10, 2e10, 1.0, 1e12, 0.0, 0.0, 1e-7), 2)
+    assert stepped - uncapped == pytest.approx(4e-7, rel=1e-9)
+    # with co-residency the step is part of the chain that 3 resident blocks slow: x 3 ** 0.5
+    shared = replace(hw, coresident_exponent=0.5)
+    a, b = (kernel_time(w, 1e6, 3, 256, shared, 1e14, (1e10, 2e10, 1.0, 1e12, 0.0, 0.0, c), 2) for c in (0.0, 1e-7))
+    assert b - a == pytest.approx(4e-7 * 3**0.5, rel=1e-9)
 
 
 def test_sm_issue_cap_is_for_fused_kinds_only():
@@ -225,13 +238,13 @@ def test_sm_issue_cap_is_for_fused_kinds_only():
 def test_fixed_launch_time_adds_once_per_launch_by_kind():
     hw = replace(H100.hw, kernel_fixed_s=0.5e-6, fused_kernel_fixed_s=3e-6)
     w = _work(396)
-    rates = (1e10, 2e10, 1.0, 1e12, 0.0, 0.0)
+    rates = (1e10, 2e10, 1.0, 1e12, 0.0, 0.0, 0.0)
     base = kernel_time(w, 1e6, 3, 256, hw, 1e14, rates, 2)
     # 2 us of fixed time: added once to the launch, whatever its waves (396 blocks at 3 per SM: one wave;
     #   at 1 per SM: three waves, still one fixed 2 us)
-    assert kernel_time(w, 1e6, 3, 256, hw, 1e14, (*rates[:5], 2e-6), 2) == pytest.approx(base + 2e-6, rel=1e-12)
+    assert kernel_time(w, 1e6, 3, 256, hw, 1e14, (*rates[:5], 2e-6, 0.0), 2) == pytest.approx(base + 2e-6, rel=1e-12)
     three = kernel_time(w, 1e6, 1, 256, hw, 1e14, rates, 2)
-    assert kernel_time(w, 1e6, 1, 256, hw, 1e14, (*rates[:5], 2e-6), 2) == pytest.approx(three + 2e-6, rel=1e-12)
+    assert kernel_time(w, 1e6, 1, 256, hw, 1e14, (*rates[:5], 2e-6, 0.0), 2) == pytest.approx(three + 2e-6, rel=1e-12)
     # the spec's field by kind: layer-by-layer kernels kernel_fixed_s, fused ones fused_kernel_fixed_s
     assert warp_rates("dw", "fp32", "fp32", hw)[5] == 0.5e-6 and warp_rates("pw", "fp16", "fp32", hw)[5] == 0.5e-6
     assert warp_rates("dw_pw", "fp32", "fp32", hw)[5] == 3e-6 and warp_rates("pw_pw", "fp16", "fp32", hw)[5] == 3e-6

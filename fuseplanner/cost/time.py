@@ -1,7 +1,7 @@
 """Resources, occupancy and predicted time of one kernel launch.
 
 time = launch + sum over waves of  max(chain x resident ** c, SM compute, SM issue cap) + latency,
-chain = iters * latency / depth + memory + own compute
+chain = iters * (latency / depth + chunk step) + memory + own compute
 
 - launch: `launch_overhead_s`, the cost of an empty timed region (measured by `fuseplanner calibrate`:
   3.7 us on the H100 with L2 flushed): the floor under any kernel; plus `kernel_fixed_s`
@@ -16,6 +16,9 @@ chain = iters * latency / depth + memory + own compute
 - latency: every block runs a serial loop of `iters` chunk iterations, each waiting for one global
   load (`mem_latency_s`); depth = chunk loads a block keeps in flight (the stages of a cp.async ring
   less one: PW_STAGES - 1 for pw/linear, `tiles.fused_stages` - 1 for the fused kernels; 1 for dw).
+  A layer-by-layer pw/linear chunk iteration also costs `pw_chunk_cycles` (its barrier and register-block
+  staging) whatever the block's FMAs: per-warp rates alone charged blocks of 32+ outputs per thread
+  1.5x (fp16) to 1.9x (exact fp32) their measured time and blocks of under 8 about 0.9x.
 - memory: each wave moves its share of the L2-level bytes at l2_bw and of the DRAM bytes at dram_bw,
   both split evenly over the active SMs (a wave on few SMs gets their share only); and a block's
   reads take at least its bytes / (warps ** exponent x `warp_load_bytes_per_cycle` x clock): a warp
@@ -85,22 +88,26 @@ def mma_rate(dtype: str, precision: str, hw: Hw) -> float:
     return hw.tf32_tc_flops if precision == "tf32" else hw.fp32_flops
 
 
-def warp_rates(kind: str, dtype: str, precision: str, hw: Hw) -> tuple[float, float, float, float, float, float]:
+def warp_rates(kind: str, dtype: str, precision: str, hw: Hw) -> tuple[float, float, float, float, float, float, float]:
     """(DW stencil FLOP/s, PW product FLOP/s) one warp of this kernel kind achieves (spec
     `*_warp_flops_per_cycle`), the exponent of the warps per block (`*block_warp_exponent`), the
     bytes/s one warp loads (`warp_load_bytes_per_cycle`), the SM issue cap in warps
     (`fused_sm_issue_warps` for the fused kinds, `sm_issue_warps` for layer-by-layer pw/linear, none for
-    dw; 0 = none) and the fixed
-    seconds of a launch of this kind (`kernel_fixed_s` / `fused_kernel_fixed_s`)."""
+    dw; 0 = none), the fixed
+    seconds of a launch of this kind (`kernel_fixed_s` / `fused_kernel_fixed_s`) and the seconds each
+    chunk iteration adds to a block's chain (`pw_chunk_cycles` for the kinds whose model is
+    `CHUNK_STEPPED`, else 0)."""
     half = dtype == "fp16"
     mode = math_mode(dtype, precision)
     lbl = not family(kind).fused
     pw = hw.pw_warp_flops if lbl else hw.fused_pw_warp_flops
     dw = hw.dw_warp_flops[half] if lbl else hw.fused_dw_warp_flops
-    cap = 0.0 if not cost_model(kind).ISSUE_CAPPED else hw.sm_issue_warps if lbl else hw.fused_sm_issue_warps
+    model = cost_model(kind)
+    cap = 0.0 if not model.ISSUE_CAPPED else hw.sm_issue_warps if lbl else hw.fused_sm_issue_warps
     exponent = hw.block_warp_exponent if lbl else hw.fused_block_warp_exponent
     fixed = hw.kernel_fixed_s if lbl else hw.fused_kernel_fixed_s
-    return dw, pw[mode], exponent, hw.warp_load_bytes_per_s, cap, fixed
+    chunk = hw.pw_chunk_s if model.CHUNK_STEPPED else 0.0
+    return dw, pw[mode], exponent, hw.warp_load_bytes_per_s, cap, fixed, chunk
 
 
 def _wave(per_sm: int, active: int, c_blk: float, mem_blk: float, t_own: float, t_ld: float, t_lat: float,
@@ -115,10 +122,10 @@ def _wave(per_sm: int, active: int, c_blk: float, mem_blk: float, t_own: float, 
 
 
 def kernel_time(w: Work, dram_bytes: float, bps: int, threads: int, hw: Hw, mma: float,
-                rates: tuple[float, float, float, float, float, float], depth: int = 1, sms: int = 0) -> float:  # fmt: skip
+                rates: tuple[float, float, float, float, float, float, float], depth: int = 1, sms: int = 0) -> float:  # fmt: skip
     """Predicted seconds of one launch (see the module docstring); `mma` is the SM-peak rate of the
     PW products, `rates` the (DW, PW) FLOP/s of one warp, the warp exponent, the warp load rate, the
-    SM issue cap and the launch's fixed seconds (`warp_rates`); `sms` the SMs the launch can use (0:
+    SM issue cap, the launch's fixed seconds and the seconds per chunk iteration (`warp_rates`); `sms` the SMs the launch can use (0:
     all; `hw.cluster_sms` for a launch of large clusters)."""
     sms = sms or hw.sm_count
     full, rest = divmod(w.blocks, sms * bps)
@@ -131,7 +138,7 @@ def kernel_time(w: Work, dram_bytes: float, bps: int, threads: int, hw: Hw, mma:
         c_blk = max(c_blk, t_own * warps / rates[4])
     t_ld = (w.ld_read or w.gma_read) / (nb * warps * rates[3])  # one block's reads at what its warps keep in flight
     lat = hw.mem_latency_s
-    t_lat = w.iters * lat / depth
+    t_lat = w.iters * (lat / depth + rates[6])  # chunk loads in flight `depth` deep; each chunk's barrier
     t = hw.launch_overhead_s + rates[5]
     if full:
         t += full * _wave(bps, sms, c_blk, mem_blk, t_own, t_ld, t_lat, lat, hw.coresident_exponent)

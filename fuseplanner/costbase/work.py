@@ -96,6 +96,10 @@ class KernelModel:
     #: Whether the time model caps the SM's issue rate (`cost.time.warp_rates`: the spec's
     #: `sm_issue_warps`, or `fused_sm_issue_warps` for a fused kind).
     ISSUE_CAPPED = True
+    #: Whether each chunk iteration of a block adds the spec's `pw_chunk_cycles` to its chain
+    #: (`cost.time.warp_rates`): the layer-by-layer pw/linear kernel's barrier and register-block
+    #: staging per chunk of the reduction.
+    CHUNK_STEPPED = False
 
     def __init__(self, gs: tuple[Geom, ...], e: int) -> None:
         self.gs, self.e = gs, e

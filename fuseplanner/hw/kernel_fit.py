@@ -117,6 +117,10 @@ class KernelFit(BaseModel):
     pw_mma_load_weight: float = Field(
         ge=0, description="mma-equivalents that the layer-by-layer pw/linear kernel's tensor-core path charges per "
         "fragment load (an ldmatrix) of its warp's mma tiles (0: term off for that path)")
+    pw_chunk_cycles: float = Field(
+        default=0.0, ge=0, description="clock cycles each chunk iteration (a barrier, a register block's operand "
+        "staging) adds to the serial chain of a layer-by-layer pw/linear block, whatever its register block: a "
+        "block of few outputs per thread pays it over few FMAs (cost.time; schema default 0: term off)")
     sm_issue_warps: float = Field(
         ge=0, description="an SM runs the work of its resident layer-by-layer pw/linear blocks at most at this many "
         "warps' rate, as fused_sm_issue_warps does for the fused kernels (0: no cap)")

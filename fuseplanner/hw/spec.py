@@ -100,6 +100,7 @@ class Hw:
     fused_window_epilogue_weight: float  # ... per element of a pw_dw / pw_dw_pw expansion's window epilogue
     pw_shared_load_weight: float  # FMA-equivalents the layer-by-layer exact-fp32 pw/linear path charges per operand load (0: off)
     pw_mma_load_weight: float  # mma-equivalents its tensor-core path charges per fragment load (0: off)
+    pw_chunk_s: float  # seconds each chunk iteration adds to a layer-by-layer pw/linear block's chain
     sm_issue_warps: float  # an SM issues its resident layer-by-layer pw/linear blocks' work at most at this many warps' rate
     kernel_fixed_s: float  # seconds a layer-by-layer launch takes beyond the empty-launch floor whatever its work
     fused_kernel_fixed_s: float  # ... a fused launch
@@ -316,6 +317,7 @@ class GpuSpec(BaseModel):
             fused_shared_load_weight=f.fused_shared_load_weight, fused_epilogue_weight=f.fused_epilogue_weight,
             fused_window_epilogue_weight=f.fused_window_epilogue_weight,
             pw_shared_load_weight=f.pw_shared_load_weight, pw_mma_load_weight=f.pw_mma_load_weight,
+            pw_chunk_s=f.pw_chunk_cycles / clock,
             sm_issue_warps=f.sm_issue_warps, kernel_fixed_s=f.kernel_fixed_s, fused_kernel_fixed_s=f.fused_kernel_fixed_s,
             library_stream_bw_fraction=f.library_stream_bw_fraction,
             library_gemm_slice_cycles=f.library_gemm_slice_cycles, library_row_iter_cycles=f.library_row_iter_cycles,

@@ -69,6 +69,8 @@ SM_CAP_FIELD = "fused_sm_issue_warps"
 LBL_SM_CAP_FIELD = "sm_issue_warps"
 LBL_LOAD_WEIGHT_FIELDS = ("pw_shared_load_weight", "pw_mma_load_weight")  # exact fp32, tensor cores
 LBL_LOAD_WEIGHT_START = 1.0  # where the fit starts a layer-by-layer load weight the spec has off (0)
+CHUNK_FIELD = "pw_chunk_cycles"
+CHUNK_START = 300.0  # cycles: where the fit starts the per-chunk step when the spec has it off (0)
 LOAD_WEIGHT_FIELD = "fused_shared_load_weight"
 EPILOGUE_FIELD = "fused_epilogue_weight"
 WINDOW_EPILOGUE_FIELD = "fused_window_epilogue_weight"
@@ -381,7 +383,7 @@ def _fit_threshold(ratios: Sequence[tuple[float, bool]]) -> float | None:
 #: Every field `fit_spec` can fit (`only` must name a subset).
 FITTABLE = (*RATE_FIELDS.values(), *L2_FRACTION_FIELDS.values(), *EXPONENT_FIELDS, LOAD_FIELD, CORESIDENT_FIELD,
             SM_CAP_FIELD, LOAD_WEIGHT_FIELD, EPILOGUE_FIELD, WINDOW_EPILOGUE_FIELD, LBL_SM_CAP_FIELD,
-            *LBL_LOAD_WEIGHT_FIELDS, *SECONDS_FIELDS, THRESHOLD_FIELD)
+            *LBL_LOAD_WEIGHT_FIELDS, CHUNK_FIELD, *SECONDS_FIELDS, THRESHOLD_FIELD)
 
 
 def fit_spec(spec: Any, samples: Sequence[Sample], max_iter: int = 400, only: Sequence[str] | None = None,
@@ -402,7 +404,7 @@ def fit_spec(spec: Any, samples: Sequence[Sample], max_iter: int = 400, only: Se
     values: dict[str, float] = {k: v for k, v in fractions.items() if keep(k)}
     names = [n for n in _rate_fields(samples) if keep(n)]
     for name in (CORESIDENT_FIELD, SM_CAP_FIELD, LOAD_WEIGHT_FIELD, EPILOGUE_FIELD, WINDOW_EPILOGUE_FIELD,
-                 LBL_SM_CAP_FIELD, *LBL_LOAD_WEIGHT_FIELDS, *SECONDS_FIELDS):  # fitted only on request: they move every prediction
+                 LBL_SM_CAP_FIELD, *LBL_LOAD_WEIGHT_FIELDS, CHUNK_FIELD, *SECONDS_FIELDS):  # fitted only on request: they move every prediction
         if only is not None and name in only:
             names.append(name)
     if not names and not values and not keep(THRESHOLD_FIELD):
@@ -415,6 +417,7 @@ def fit_spec(spec: Any, samples: Sequence[Sample], max_iter: int = 400, only: Se
         x0 = np.log([exponent if (exponent and n in EXPONENT_FIELDS)
                      else (float(start.eff(n)) or SM_CAP_START) if n in (SM_CAP_FIELD, LBL_SM_CAP_FIELD)
                      else (float(start.eff(n)) or LBL_LOAD_WEIGHT_START) if n in LBL_LOAD_WEIGHT_FIELDS
+                     else (float(start.eff(n)) or CHUNK_START) if n == CHUNK_FIELD
                      else (float(start.eff(n)) or FIXED_START) if n in SECONDS_FIELDS
                      else max(float(start.eff(n)), 0.05) for n in names])  # fmt: skip
         res = minimize(loss, x0, method="Nelder-Mead", options={"maxiter": max_iter, "xatol": 1e-3, "fatol": 1e-5})

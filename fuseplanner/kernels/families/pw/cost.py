@@ -53,6 +53,7 @@ def input_unique(g: Geom, e: int, b: int) -> float:
 
 
 class PwModel(KernelModel):
+    CHUNK_STEPPED = True
     """`pw` and `linear` (token-major when the op is linear)."""
 
     #: Co-resident window sharing limited to the launch's first wave: Nsight Compute on the H100 shows
