@@ -138,7 +138,7 @@ def kernel_time(w: Work, dram_bytes: float, bps: int, threads: int, hw: Hw, mma:
         c_blk = max(c_blk, t_own * warps / rates[4])
     t_ld = (w.ld_read or w.gma_read) / (nb * warps * rates[3])  # one block's reads at what its warps keep in flight
     lat = hw.mem_latency_s
-    t_lat = w.iters * (lat / depth + rates[6])  # chunk loads in flight `depth` deep; each chunk's barrier
+    t_lat = w.iters * lat / depth + w.iters * rates[6]  # chunk loads `depth` deep in flight; each chunk step
     t = hw.launch_overhead_s + rates[5]
     if full:
         t += full * _wave(bps, sms, c_blk, mem_blk, t_own, t_ld, t_lat, lat, hw.coresident_exponent)
