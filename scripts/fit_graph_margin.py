@@ -8,7 +8,8 @@ mobilenet_v3_large,mnasnet1_0,efficientnet_b0,mobilevit_xxs}.json.gz
 value the saved `validate --whole --decisions` results are decided again in the graph context
 (`whole_redecide.redecide`) and scored against their saved step times (`whole_decisions.score`):
 the value with the most right decisions wins, the time the wrong ones lose breaking ties, then the
-smaller value. Values below 1 are not tried: a candidate predicted no faster fused is never fused.
+smaller value. Values below 1 fuse a candidate predicted up to that much slower fused (the graph
+context under-credits fusion: on the H100's bundled runs 0.95 gets 380 of 484 right, 1.0 361 of 487).
 Only pass the models the choice may see (never the held-out list, `models/holdout.toml`).
 """
 
@@ -25,7 +26,7 @@ from fuseplanner.validation.whole import read
 from fuseplanner.validation.whole_decisions import score
 from fuseplanner.validation.whole_redecide import redecide
 
-VALUES = (1.0, 1.02, 1.05, 1.1)
+VALUES = (0.9, 0.95, 0.97, 1.0, 1.02, 1.05, 1.1)
 
 
 def with_threshold(spec, value: float):

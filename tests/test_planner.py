@@ -411,3 +411,17 @@ def test_graph_context_decides_with_its_own_threshold():
     assert any(r.stage == "gain" and "graph_fuse_min_speedup 4x" in r.reason for r in none.rejected)
     assert nodes(plan(graph, strict_graph)) == nodes(iso_plan)
     assert nodes(plan(graph, apply_measured(base, {"fuse_min_speedup": 4.0}), context="graph")) == nodes(graph_plan)
+
+
+def test_graph_threshold_under_one_fuses_groups_predicted_slightly_slower():
+    graph = _bundled("mnasnet1_0")
+    base = gpu("h100")
+    one = plan(graph, apply_measured(base, {"graph_fuse_min_speedup": 1.0}), context="graph")
+    loose = plan(graph, apply_measured(base, {"graph_fuse_min_speedup": 0.8}), context="graph")
+    # at 1.0 a group is fused only when predicted faster; at 0.8 also when its fused time is within 1.25x
+    # of its unfused time: fewer candidates are rejected for their gain, more layers are fused
+    gain = lambda p: sum(r.stage == "gain" for r in p.rejected)  # noqa: E731
+    covered = lambda p: sum(len(g.nodes) for g in p.groups)  # noqa: E731
+    assert gain(loose) < gain(one) and covered(loose) > covered(one)
+    # what 0.8 lets through: at 1.0 candidates predicted no faster fused in the graph are rejected
+    assert any("not below unfused" in r.reason for r in one.rejected if r.stage == "gain")

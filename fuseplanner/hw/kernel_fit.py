@@ -158,9 +158,9 @@ class KernelFit(BaseModel):
         ge=1.0, description="the planner fuses a group for time only when its predicted unfused/fused time ratio "
         "reaches this (1: any predicted gain); fitted to measured decisions")
     graph_fuse_min_speedup: float = Field(
-        default=1.0, ge=1.0, description="the same threshold when the plan decides in the graph context "
+        default=1.0, ge=0.8, description="the same threshold when the plan decides in the graph context "
         "(`plan --context graph`): chosen on fuse decisions measured in the executor (scripts/fit_graph_margin.py; "
-        "schema default 1: any predicted gain)")
+        "schema default 1: any predicted gain; under 1 a group predicted up to that much slower fused is fused)")
     sources: dict[str, str] = Field(default_factory=dict, description="a note per value: how it was fitted")
     ci: dict[str, tuple[float, float]] = Field(
         default_factory=dict, description="bootstrap interval (5th, 95th percentile) of fitted values, by name: "

@@ -578,7 +578,8 @@ def plan(
             helpful.append(ev)
 
     covers = [ev.cand.nodes for ev in helpful]
-    savings = [decide(ev.unfused) - decide(ev.fused_total) for ev in helpful]
+    credit = min(margin, 1.0) if objective == "time" else 1.0
+    savings = [decide(ev.unfused) - credit * decide(ev.fused_total) for ev in helpful]
     chosen = set(choose_exact(covers, savings))
     groups: list[GroupPlan] = []
     covered: dict[str, str] = {}
@@ -688,7 +689,7 @@ def _why_not_helpful(ev: Evaluated, objective: str, margin: float = 1.0,
         return "a member has no feasible layer-by-layer kernel to compare with", "tile"
     decide = decide or (lambda cost: cost.metric(objective))
     f, u = decide(ev.fused_total), decide(ev.unfused)
-    if f >= u:
+    if f >= u and not (objective == "time" and margin < 1 and u >= margin * f):
         return f"fused {_fmt(f, objective)} is not below unfused {_fmt(u, objective)}", "gain"
     if objective == "time" and u < margin * f:
         return (f"fused {_fmt(f, objective)} is below unfused {_fmt(u, objective)} by {u / f:.2f}x, under this "
