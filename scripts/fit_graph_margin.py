@@ -8,8 +8,8 @@ mobilenet_v3_large,mnasnet1_0,efficientnet_b0,mobilevit_xxs}.json.gz
 value the saved `validate --whole --decisions` results are decided again in the graph context
 (`whole_redecide.redecide`) and scored against their saved step times (`whole_decisions.score`):
 the value with the most right decisions wins, the time the wrong ones lose breaking ties, then the
-smaller value. Values below 1 fuse a candidate predicted up to that much slower fused (the graph
-context under-credits fusion: on the H100's bundled runs 0.95 gets 380 of 484 right, 1.0 361 of 487).
+smaller value. Values below 1 fuse a candidate predicted up to that much slower fused, for a graph
+context that under-credits fusion (the H100 spec's source note of the field has its scan).
 Only pass the models the choice may see (never the held-out list, `models/holdout.toml`).
 """
 

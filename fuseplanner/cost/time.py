@@ -125,8 +125,8 @@ def kernel_time(w: Work, dram_bytes: float, bps: int, threads: int, hw: Hw, mma:
                 rates: tuple[float, float, float, float, float, float, float], depth: int = 1, sms: int = 0) -> float:  # fmt: skip
     """Predicted seconds of one launch (see the module docstring); `mma` is the SM-peak rate of the
     PW products, `rates` the (DW, PW) FLOP/s of one warp, the warp exponent, the warp load rate, the
-    SM issue cap, the launch's fixed seconds and the seconds per chunk iteration (`warp_rates`); `sms` the SMs the launch can use (0:
-    all; `hw.cluster_sms` for a launch of large clusters)."""
+    SM issue cap, the launch's fixed seconds and the seconds per chunk iteration (`warp_rates`); `sms`
+    the SMs the launch can use (0: all; `hw.cluster_sms` for a launch of large clusters)."""
     sms = sms or hw.sm_count
     full, rest = divmod(w.blocks, sms * bps)
     nb = float(w.blocks)

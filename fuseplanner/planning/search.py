@@ -578,7 +578,7 @@ def plan(
             helpful.append(ev)
 
     covers = [ev.cand.nodes for ev in helpful]
-    credit = min(margin, 1.0) if objective == "time" else 1.0
+    credit = _fuse_credit(objective, margin)
     savings = [decide(ev.unfused) - credit * decide(ev.fused_total) for ev in helpful]
     chosen = set(choose_exact(covers, savings))
     groups: list[GroupPlan] = []
@@ -675,6 +675,13 @@ def _decider(spec, objective: str, context: str) -> Callable[[Cost], float]:
     return lambda cost: context_time(cost, terms, context)
 
 
+def _fuse_credit(objective: str, margin: float) -> float:
+    """The weight of a group's fused metric against its layers' in a plan decision: a time threshold
+    under 1 (`graph_fuse_min_speedup`) fuses groups predicted up to that much slower, so their fused
+    time counts that much less; otherwise 1."""
+    return min(margin, 1.0) if objective == "time" else 1.0
+
+
 def _why_not_helpful(ev: Evaluated, objective: str, margin: float = 1.0,
                      decide: Callable[[Cost], float] | None = None,
                      threshold: str = THRESHOLD_FIELD) -> tuple[str, str]:  # fmt: skip
@@ -689,7 +696,8 @@ def _why_not_helpful(ev: Evaluated, objective: str, margin: float = 1.0,
         return "a member has no feasible layer-by-layer kernel to compare with", "tile"
     decide = decide or (lambda cost: cost.metric(objective))
     f, u = decide(ev.fused_total), decide(ev.unfused)
-    if f >= u and not (objective == "time" and margin < 1 and u >= margin * f):
+    credit = _fuse_credit(objective, margin)
+    if f >= u and not (credit < 1 and u >= credit * f):
         return f"fused {_fmt(f, objective)} is not below unfused {_fmt(u, objective)}", "gain"
     if objective == "time" and u < margin * f:
         return (f"fused {_fmt(f, objective)} is below unfused {_fmt(u, objective)} by {u / f:.2f}x, under this "

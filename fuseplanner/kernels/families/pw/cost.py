@@ -53,8 +53,9 @@ def input_unique(g: Geom, e: int, b: int) -> float:
 
 
 class PwModel(KernelModel):
-    CHUNK_STEPPED = True
     """`pw` and `linear` (token-major when the op is linear)."""
+
+    CHUNK_STEPPED = True
 
     #: Co-resident window sharing limited to the launch's first wave: Nsight Compute on the H100 shows
     #: layer-by-layer PW launches of 1.5-7 waves reading 0.9-1.1 of their windows per filter tile from
