@@ -6,7 +6,8 @@
 
 (the bundled spec's values: the six bundled models in all six configurations)
 
-Each whole.json (`fuseplanner validate --whole`) carries the plan it measured; that plan and the
+Each whole.json (`fuseplanner validate --whole`) carries the plan it measured (its step times net of
+the replay's once cost where one replay timed them, `whole.net_of_replay`); that plan and the
 unfused plan are costed with the spec (`planning.recost`) and predicted step by step in the graph
 context with the three terms at zero. Every step of fuseplanner's own kernels timed in graph mode
 (`WholeResult.steps` for the planned run, `unfused_steps` for the unfused one) is a sample: its
@@ -38,7 +39,7 @@ from fuseplanner.planning.recost import recost
 from fuseplanner.planning.whole import predict_whole
 from fuseplanner.planning.whole import steps as whole_steps
 from fuseplanner.validation.microbench import apply_measured
-from fuseplanner.validation.whole import read, unfused_plan
+from fuseplanner.validation.whole import net_of_replay, read, unfused_plan
 
 FAMILIES = tuple(f.name for f in KERNEL_FAMILIES)
 FIELDS = tuple(family_field(f) for f in FAMILIES)
@@ -71,7 +72,7 @@ def runs(paths: list[str], spec) -> list[Run]:
     held = {m.name for m in holdout_models()}
     out = []
     for path in paths:
-        for r in read(path):
+        for r in (net_of_replay(x, spec) for x in read(path)):
             if r.model in held:
                 raise SystemExit(f"{path}: {r.model} is a held-out model: no fit may see it")
             if r.plan is None:

@@ -26,7 +26,7 @@ from fuseplanner.validation.whole import read
 from fuseplanner.validation.whole_decisions import score
 from fuseplanner.validation.whole_redecide import redecide
 
-VALUES = (0.9, 0.95, 0.97, 1.0, 1.02, 1.05, 1.1)
+VALUES = (0.8, 0.85, 0.9, 0.95, 0.97, 1.0, 1.02, 1.05, 1.1)  # from the schema's least value
 
 
 def with_threshold(spec, value: float):
@@ -50,6 +50,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpu", default="h100", help="spec whose other values are kept")
     ap.add_argument("--jobs", type=int, default=2, help="processes")
+    ap.add_argument("--values", type=lambda v: tuple(float(x) for x in v.split(",")), default=VALUES,
+                    help="thresholds to score, comma-separated (default: VALUES)")
     ap.add_argument("results", nargs="+", help="whole.json(.gz) files of `validate --whole --decisions`")
     args = ap.parse_args()
     held = {m.name for m in holdout_models()}
@@ -58,7 +60,7 @@ def main() -> None:
             raise SystemExit(f"{path}: a held-out model: no choice may see it")
     rows = []
     with ProcessPoolExecutor(args.jobs) as ex:
-        for value in VALUES:
+        for value in args.values:
             parts = list(ex.map(graph_score, [(p, args.gpu, value) for p in args.results]))
             right, scored, lost = (sum(x[i] for x in parts) for i in range(3))
             rows.append((right, -lost, -value))

@@ -2,9 +2,10 @@
 `library_stream_bw_fraction`, `library_gemm_slice_cycles`, `library_row_iter_cycles`,
 `library_direct_terms_per_cycle` of a spec's fit.
 
-    python scripts/fit_library_costs.py --gpu h100 data/records/h100/whole/fp32fp32_b1/mobilenet_v1.json.gz ...
+    python scripts/fit_library_costs.py --gpu h100 data/records/h100/whole/*/mobilenet_v1.json.gz ...
 
-Each whole.json (`fuseplanner validate --whole`) is re-planned as it was measured; its library steps
+Each whole.json (`fuseplanner validate --whole`) is re-planned as it was measured, its step times net
+of the replay's once cost where one replay timed them (`whole.net_of_replay`); its library steps
 (the steps `cost.library.launches` costs: not fuseplanner's kernels) are
 fitted by least squares on log(predicted / measured) time, and the values printed with each step
 class's median error before and after. Only pass the models the fit may see (never the held-out list,
@@ -27,7 +28,7 @@ from fuseplanner.frontend.load import load_model
 from fuseplanner.hw.spec import gpu
 from fuseplanner.planning.search import plan as make_plan
 from fuseplanner.planning.whole import steps as whole_steps
-from fuseplanner.validation.whole import read
+from fuseplanner.validation.whole import net_of_replay, read
 
 FIELDS = ("library_stream_bw_fraction", "library_gemm_slice_cycles", "library_row_iter_cycles",
           "library_direct_terms_per_cycle")
@@ -36,7 +37,7 @@ FIELDS = ("library_stream_bw_fraction", "library_gemm_slice_cycles", "library_ro
 def library_steps(path: str, spec):
     """(op type, launches, measured seconds) of each measured library step of one whole.json."""
     out = []
-    for r in read(path):
+    for r in (net_of_replay(x, spec) for x in read(path)):
         if r.model in {m.name for m in holdout_models()}:
             raise SystemExit(f"{path}: {r.model} is a held-out model: no fit may see it")
         graph = load_model(r.model, None, r.batch)

@@ -156,10 +156,10 @@ def test_plan_in_graph_context_decides_on_graph_times(v2):
     g, iso = v2
     gr = fuseplanner.plan(g, gpu("h100"), workers=1, context="graph")
     assert iso.context == "isolated" and gr.context == "graph"
-    # every fused group of the graph-context plan saves time in that context
-    terms = launch_terms(gpu("h100"))
+    # every fused group of the graph-context plan clears that context's threshold on graph times
+    terms, margin = launch_terms(gpu("h100")), gpu("h100").fit.graph_fuse_min_speedup
     for grp in gr.groups:
-        assert context_time(grp.fused_cost, terms, "graph") < context_time(grp.unfused_cost, terms, "graph")
+        assert margin * context_time(grp.fused_cost, terms, "graph") <= context_time(grp.unfused_cost, terms, "graph")
     # the graph context's whole prediction of its own plan is no worse than of the isolated plan
     t_gr = predict_whole(g, gpu("h100"), gr, "graph").planned.time_s
     t_iso = predict_whole(g, gpu("h100"), iso, "graph").planned.time_s
@@ -178,10 +178,10 @@ def test_cli_plan_prints_the_graph_context_by_default(capsys):
     assert main(["plan", "mobilenet_v2", "--gpu", "h100"]) == 0
     out = capsys.readouterr().out
     m = re.search(r"graph context \(whole inference, CUDA-graph replay\): planned ([\d.]+) us, unfused ([\d.]+) us, "
-                  r"saving ([\d.]+)%", out)  # fmt: skip
+                  r"saving (-?[\d.]+)%", out)  # fmt: skip
     assert m, out[-400:]
     planned, unfused, saving = (float(x) for x in m.groups())
-    assert planned < unfused and saving == pytest.approx(100 * (1 - planned / unfused), abs=0.06)
+    assert saving == pytest.approx(100 * (1 - planned / unfused), abs=0.06)
     assert saving < 13.6  # the isolated saving of the same plan (README quick start: 371.60 -> 321.11 us)
 
 
@@ -241,6 +241,8 @@ def test_predict_whole_is_public_and_adds_up():
     p = fuseplanner.plan(g, gpu("h100"), workers=1)
     whole = fuseplanner.predict_whole(g, gpu("h100"), p)
     assert "predict_whole" in fuseplanner.__all__ and whole.context == "graph"
-    assert whole.planned.time_s == pytest.approx(sum(s.time_s for s in whole.planned.steps))
+    # the steps plus what the replay costs once (spec graph_replay_s, 3.72 us on the H100)
+    assert whole.planned.replay_s == pytest.approx(3.72e-6)
+    assert whole.planned.time_s == pytest.approx(sum(s.time_s for s in whole.planned.steps) + 3.72e-6)
     assert whole.saving == pytest.approx(1 - whole.planned.time_s / whole.unfused.time_s)
     assert len(whole.planned.steps) < len(whole.unfused.steps)  # fused groups run as one step each

@@ -15,6 +15,7 @@ from fuseplanner.core.errors import DeviceError
 from fuseplanner.hw import spec as specs
 from fuseplanner.validation import graph_probe as gp
 from fuseplanner.validation import microbench
+from fuseplanner.validation.timing import spacing
 
 ROOT = Path(__file__).resolve().parent.parent
 US = 1e-6
@@ -28,17 +29,18 @@ CAL = microbench.Calibration(
 def _probe() -> gp.GraphProbe:
     # interval 1.2 us; bodies 2, 5, 10 us spaced 3.4, 6.5, 11.4 us: spacing - body = 1.4, 1.5, 1.4 -> median 1.4 us
     return gp.summarize(1.2 * US, [2 * US, 5 * US, 10 * US], [3.4 * US, 6.5 * US, 11.4 * US],
-                        [("Add", 2.0 * US), ("Relu", 1.8 * US), ("GlobalAveragePool", 4.5 * US)], kernels=200, replays=30)
+                        [("Add", 2.0 * US), ("Relu", 1.8 * US), ("GlobalAveragePool", 4.5 * US)], kernels=200, replays=30,
+                        replay_median_s=13.6 * US)
 
 
 def test_spacing_cancels_the_per_replay_cost():
     # 200 launches in 270 us, 400 in 530 us: (530 - 270) / 200 = 1.3 us per launch (the 10 us replay cost cancels)
-    assert gp.spacing(270 * US, 530 * US, 200) == pytest.approx(1.3 * US)
+    assert spacing(270 * US, 530 * US, 200) == pytest.approx(1.3 * US)
 
 
 def test_spacing_rejects_noise():
     with pytest.raises(DeviceError, match="noise"):
-        gp.spacing(270 * US, 260 * US, 200)
+        spacing(270 * US, 260 * US, 200)
 
 
 def test_tail_is_the_median_excess_over_the_body():
@@ -84,7 +86,8 @@ def test_summary_values_and_notes():
     # the opaque floor: median of Add 2.0, Relu 1.8 and GlobalAveragePool 4.5 us = 2.0; the reduction
     # floor: the one reduction, 4.5 us
     assert p.measured() == pytest.approx({"graph_launch_interval_s": 1.2 * US, "graph_kernel_tail_s": 1.4 * US,
-                                          "opaque_op_floor_s": 2.0 * US, "reduce_op_floor_s": 4.5 * US})
+                                          "opaque_op_floor_s": 2.0 * US, "reduce_op_floor_s": 4.5 * US,
+                                          "graph_replay_s": 1.6 * US})  # 13.6 - 10 x 1.2 us
     notes = p.notes()
     assert set(notes) == set(p.measured())
     assert all("\n" not in n and n.startswith("fuseplanner calibrate") for n in notes.values())
@@ -152,3 +155,15 @@ def test_reduction_floor_from_the_reductions_only():
     # Add 1.35 and Relu 1.34 us are not reductions; GlobalAveragePool 5.18 us is the only one
     assert reduce_floor([("Add", 1.35e-6), ("Relu", 1.34e-6), ("GlobalAveragePool", 5.18e-6)]) == 5.18e-6
     assert reduce_floor([("Add", 1.35e-6)]) is None
+
+
+def test_replay_once_cost_is_the_replay_less_its_intervals():
+    # a graph of 10 empty kernels replays in 13.6 us between events; interval 1.2 us: 13.6 - 10 x 1.2 = 1.6 us once
+    p = _probe()
+    assert gp.REPLAY_KERNELS == 10
+    assert p.replay_s == pytest.approx(1.6 * US)
+    assert p.measured()["graph_replay_s"] == pytest.approx(1.6 * US)
+    assert "10 empty kernels" in p.notes()["graph_replay_s"]
+    # a replay no longer than its intervals (11.9 us < 12 us): nothing measured, nothing written
+    none = gp.summarize(1.2 * US, [2 * US], [3.4 * US], [("Add", 2.0 * US)], replay_median_s=11.9 * US)
+    assert none.replay_s is None and "graph_replay_s" not in none.measured()

@@ -196,3 +196,43 @@ def test_repredict_rejects_a_file_that_is_not_whole_json(tmp_path, capsys):
     assert main(["validate", "--whole", "--from-results", str(bad), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:")
+
+
+def test_steps_timed_by_one_replay_are_netted_of_its_once_cost():
+    """A result whose graph-mode steps were timed by one replay of 10 copies: each step time holds a tenth
+    of what the replay cost once (spec graph_replay_s); `net_of_replay` takes it off every graph-mode
+    step, once, and leaves results timed by spacing alone."""
+    from fuseplanner.hw.spec import gpu
+    from fuseplanner.validation.microbench import apply_measured
+    from fuseplanner.validation.whole import REPLAY_COPIES, net_of_replay, read
+    from fuseplanner.validation.whole_decisions import MeasuredStep
+
+    spec = apply_measured(gpu("h100"), {"graph_replay_s": 4e-6})
+    saved = read(FIXTURES / "whole_mobilenet_v1.json")[0].model_copy(update={
+        "step_mode": "graph", "unfused_steps": [MeasuredStep(label="a", kind="pw", measured_s=5e-6)]})
+    assert saved.graph_step_timing == "replay" and REPLAY_COPIES == 10  # saved before steps were timed by spacing
+    net = net_of_replay(saved, spec)
+    # 4 us / 10 copies = 0.4 us off each step: 5.0 -> 4.6 us
+    assert net.unfused_steps[0].measured_s == pytest.approx(4.6e-6)
+    assert [s.measured_s for s in net.steps] == pytest.approx([s.measured_s - 0.4e-6 for s in saved.steps])
+    assert net.graph_step_timing == "replay-net" and net_of_replay(net, spec) == net  # never twice
+    spaced = saved.model_copy(update={"graph_step_timing": "spacing"})
+    assert net_of_replay(spaced, spec) == spaced
+
+
+def test_a_graph_replay_adds_its_once_cost_to_the_whole_prediction():
+    import fuseplanner
+    from fuseplanner.hw.spec import gpu
+    from fuseplanner.validation.microbench import apply_measured
+
+    g = fuseplanner.load_model("mobilenet_v1")
+    base = apply_measured(gpu("h100"), {"graph_replay_s": 1e-6})
+    p = fuseplanner.plan(g, base, workers=1)
+    without = fuseplanner.predict_whole(g, base, p)
+    with_once = fuseplanner.predict_whole(g, apply_measured(base, {"graph_replay_s": 5e-6}), p)
+    # 5 - 1 = 4 us more once per replay, planned and unfused alike; no step changes
+    assert with_once.planned.time_s - without.planned.time_s == pytest.approx(4e-6)
+    assert with_once.unfused.time_s - without.unfused.time_s == pytest.approx(4e-6)
+    assert [s.time_s for s in with_once.planned.steps] == [s.time_s for s in without.planned.steps]
+    iso = fuseplanner.predict_whole(g, apply_measured(base, {"graph_replay_s": 4e-6}), p, "isolated")
+    assert iso.planned.replay_s == 0.0  # one launch alone has no graph replay

@@ -74,7 +74,7 @@ def synthetic(model: str, both_runs: bool) -> WholeResult:
         batch=1, context="graph", launches_planned=5, launches_unfused=7, measured_planned=lat, measured_unfused=lat,
         predicted_planned_s=50 * US, predicted_unfused_s=50 * US, isolated_planned_s=50 * US, isolated_unfused_s=50 * US,
         error_planned=0.0, error_unfused=0.0, predicted_saving=0.0, measured_saving=0.0, isolated_saving=0.0,
-        saving_gap_points=0.0, step_mode="graph", unfused_steps=UNFUSED,
+        saving_gap_points=0.0, step_mode="graph", graph_step_timing="spacing", unfused_steps=UNFUSED,
         decisions=DecisionData(candidates=CANDIDATES, runs=runs))  # fmt: skip
 
 
@@ -157,13 +157,19 @@ def test_fixture_is_the_synthetic_results():
 
 def test_repredict_keeps_the_decision_measurements():
     from fuseplanner.hw.spec import gpu
-    from fuseplanner.validation.whole import repredict
+    from fuseplanner.validation.whole import net_of_replay, repredict
 
     saved = read(FIXTURES / "whole_mobilenet_v1.json")[0]
     extra = synthetic("x", True)
-    saved = saved.model_copy(update={"unfused_steps": extra.unfused_steps, "decisions": extra.decisions})
+    saved = saved.model_copy(update={"unfused_steps": extra.unfused_steps, "decisions": extra.decisions,
+                                     "graph_step_timing": "spacing"})  # fmt: skip
     again = repredict(saved, gpu("h100"))
     assert again.unfused_steps == saved.unfused_steps and again.decisions == saved.decisions
+    # steps timed by one replay come back net of its once cost (whole.net_of_replay), the rest as saved
+    legacy = saved.model_copy(update={"graph_step_timing": "replay"})
+    net = repredict(legacy, gpu("h100"))
+    assert net.graph_step_timing == "replay-net"
+    assert net.unfused_steps == net_of_replay(legacy, gpu("h100")).unfused_steps != saved.unfused_steps
 
 
 # ---- the CLI ---------------------------------------------------------------------------------------

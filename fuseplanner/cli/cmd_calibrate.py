@@ -79,7 +79,8 @@ def _table(cal, base) -> None:
         t.add_row(label, f"{m[key] * scale:.3g} {unit}", "-" if s is None else f"{s * scale:.3g} {unit}", ratio)
     t.add_row("back-to-back launch interval", f"{cal.launch_interval_s * 1e6:.3g} us", "-", "-")
     for label, key in (("graph launch interval", "graph_launch_interval_s"), ("graph kernel tail", "graph_kernel_tail_s"),
-                       ("opaque op floor (graph)", "opaque_op_floor_s"), ("reduction floor (graph)", "reduce_op_floor_s")):
+                       ("opaque op floor (graph)", "opaque_op_floor_s"), ("reduction floor (graph)", "reduce_op_floor_s"),
+                       ("graph replay, once", "graph_replay_s")):
         if key in m:
             s = getattr(base, key, None)
             mark = " (estimate)" if key in getattr(base, "estimated", ()) else ""

@@ -200,7 +200,7 @@ def _decisions_from_results(args: argparse.Namespace, out: Path) -> int:
     `out`/decisions.md."""
     from fuseplanner.frontend.holdout import holdout_models
     from fuseplanner.hw import spec as specs
-    from fuseplanner.validation.whole import read
+    from fuseplanner.validation.whole import net_of_replay, read
     from fuseplanner.validation.whole_decisions import to_markdown
     from fuseplanner.validation.whole_redecide import redecide
 
@@ -209,11 +209,14 @@ def _decisions_from_results(args: argparse.Namespace, out: Path) -> int:
         raise FusePlannerError("no result in these files has decision measurements: measure with a current "
                                "`fuseplanner validate MODEL --whole`")  # fmt: skip
     if args.as_saved:
-        note = "Decisions as saved in the results (decided at measurement time)."
+        results = [net_of_replay(r, specs.gpu(r.gpu if args.gpu == "auto" else args.gpu)) for r in results]
+        note = ("Decisions as saved in the results (decided at measurement time); step times net of the replay's "
+                "once cost where one replay timed them.")
     else:
         results = [redecide(r, specs.gpu(r.gpu if args.gpu == "auto" else args.gpu), args.model) for r in results]
         name = "the spec each result names" if args.gpu == "auto" else f"spec `{specs.gpu(args.gpu).name}`"
-        note = f"Decisions re-decided with {name} and the current cost model; step times as saved."
+        note = (f"Decisions re-decided with {name} and the current cost model; step times as saved (net of the "
+                "replay's once cost where one replay timed them).")
     text = to_markdown(results, note, frozenset(m.name for m in holdout_models()))
     out.mkdir(parents=True, exist_ok=True)
     (out / "decisions.md").write_text(text, encoding="utf-8")

@@ -20,6 +20,8 @@
   residency rule below says they are still there. Spec facts left unset fall back so that a GPU
   without graph measurements predicts no launch saving: the tail defaults to `launch_overhead_s`,
   the interval to none, the opaque floor to the interval, the reduction floor to the opaque floor.
+  A whole replay adds `graph_replay_s` once (what the replay costs beyond its kernels' spacings, as
+  CUDA events around it measure it; unset: 0).
 
 Residency rule (graph context, `resident_reads`). Walk the steps in executed order with a running
 count of the bytes each step moves through L2 to or from DRAM: its isolated DRAM reads (activations,
@@ -119,14 +121,16 @@ class StepPrediction:
 
 @dataclass(frozen=True)
 class WholePrediction:
-    """A whole inference in one context: every step in executed order."""
+    """A whole inference in one context: every step in executed order, and what its replay costs once
+    (`replay_s`, graph context: spec `graph_replay_s`)."""
 
     context: str
     steps: tuple[StepPrediction, ...]
+    replay_s: float = 0.0
 
     @property
     def time_s(self) -> float:
-        return sum(s.time_s for s in self.steps)
+        return sum(s.time_s for s in self.steps) + self.replay_s
 
     @property
     def dram_bytes(self) -> float:
@@ -223,4 +227,4 @@ def predict(steps: Sequence[Step], spec: GpuSpec, context: str) -> WholePredicti
                 t = max(c.launches * terms.least_s(s.kind, s.op_type), t - gain)
         out.append(StepPrediction(s.label, s.kind, s.op_type, t, c.dram_read_bytes - saved, c.dram_write_bytes, saved,
                                   l2_read_bytes=c.gma_read_bytes, l2_write_bytes=c.gma_write_bytes))  # fmt: skip
-    return WholePrediction(context, tuple(out))
+    return WholePrediction(context, tuple(out), float(spec.eff("graph_replay_s") or 0.0))

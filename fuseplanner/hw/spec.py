@@ -41,9 +41,11 @@ MEASURABLE = (
     "graph_kernel_tail_s",
     "opaque_op_floor_s",
     "reduce_op_floor_s",
+    "graph_replay_s",
 )
 #: The facts only the graph execution context reads (fuseplanner.cost.execution).
-GRAPH_FIELDS = ("graph_launch_interval_s", "graph_kernel_tail_s", "opaque_op_floor_s", "reduce_op_floor_s")
+GRAPH_FIELDS = ("graph_launch_interval_s", "graph_kernel_tail_s", "opaque_op_floor_s", "reduce_op_floor_s",
+                "graph_replay_s")
 #: The spec whose fit a spec without one of its own (neither ``[fit]`` nor ``fit_from``) borrows.
 DEFAULT_FIT = "h100"
 #: The lowest compute capability the bundled kernels run on (cp.async, mma.sync with bf16/tf32).
@@ -159,6 +161,10 @@ class GpuSpec(BaseModel):
         default=None, gt=0,
         description="graph context: the least time of one reduction operator (core.kinds.REDUCE_OP_TYPES: a "
         "CuPy reduction kernel; None: opaque_op_floor_s)")
+    graph_replay_s: float | None = Field(
+        default=None, ge=0,
+        description="graph context: what one replay of a CUDA graph costs once between the CUDA events that time "
+        "it, beyond its kernels' spacings (the host submitting the graph, the graph's start; None: 0)")
     warp_size: int = Field(default=32, gt=0)
     sector_bytes: Literal[32] = Field(default=32, description="L2 sector; every CUDA GPU since Maxwell uses 32")
     l1_line_bytes: Literal[128] = Field(

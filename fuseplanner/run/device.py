@@ -187,7 +187,8 @@ def _random_inputs(model, seed: int = 0) -> dict:
 
 #: How a step is timed: "stream" (CUDA events around the step in a stream-mode inference: host launch
 #: time included when the host is slower than the kernel) or "graph" (the step alone captured `GRAPH_COPIES`
-#: times back to back in one CUDA graph, replayed: its time as a kernel among graph kernels).
+#: and 2 x `GRAPH_COPIES` times back to back in two CUDA graphs, replayed: its spacing as a kernel among
+#: graph kernels, `_graph_times`).
 STEP_MODES = ("stream", "graph")
 GRAPH_COPIES = 10
 
@@ -226,31 +227,17 @@ def _stream_times(model, runners, repeats: int) -> list[float]:
 
 
 def _graph_times(model, runners, repeats: int) -> list[float]:
-    """Each step captured GRAPH_COPIES times in one graph (from the model's pool, as the model's own
-    capture), replayed `repeats` times after two warm-up replays; median replay / GRAPH_COPIES. A step
-    that writes over its own input computes on its previous output: the time, not the values, counts."""
+    """Each step's spacing among graph kernels (`validation.timing.graph_spacing`): the step captured
+    `GRAPH_COPIES` and twice as many times back to back in two CUDA graphs (arrays from the model's
+    pool, as in the model's own capture), each replayed `repeats` times behind a GPU-side wait, and
+    (t_2n - t_n) / n of the medians, so that what a replay costs once (the host submitting it, the
+    graph's start) is in no step's time. A step that writes over its own input computes on its
+    previous output: the time, not the values, counts."""
+    from fuseplanner.validation.timing import graph_spacing
+
     cp, stream = model._xp, model._stream
-    start, end = cp.cuda.Event(), cp.cuda.Event()
-    out = []
-    for _, fn in runners:
-        with cp.cuda.using_allocator(model._pool.malloc):
-            stream.begin_capture()
-            try:
-                for _ in range(GRAPH_COPIES):
-                    fn()
-            finally:
-                graph = stream.end_capture()
-        times = []
-        for i in range(repeats + 2):
-            start.record(stream)
-            graph.launch(stream)
-            end.record(stream)
-            end.synchronize()
-            if i >= 2:
-                times.append(cp.cuda.get_elapsed_time(start, end) * 1e-3 / GRAPH_COPIES)
-        out.append(float(np.median(times)))
-        del graph
-    return out
+    with cp.cuda.using_allocator(model._pool.malloc):
+        return [graph_spacing(stream, fn, GRAPH_COPIES, repeats) for _, fn in runners]
 
 
 def bench(model, replays: int = 200, cold_l2: bool = False) -> BenchRecord:

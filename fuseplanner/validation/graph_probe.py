@@ -11,7 +11,10 @@ warm L2), and the spacing is ``(t_2n - t_n) / n``, which cancels what a replay c
   is the median of spacing - body over the bodies whose spacing is above the interval (a shorter body
   waits for the next launch); a free line spacing = slope x body + intercept is reported beside it;
 - ``opaque_op_floor_s``: the median over op types of the spacing of small operator-library ops;
-- ``reduce_op_floor_s``: the same over the reductions among them (`core.kinds.REDUCE_OP_TYPES`).
+- ``reduce_op_floor_s``: the same over the reductions among them (`core.kinds.REDUCE_OP_TYPES`);
+- ``graph_replay_s``: what one replay costs once, timed as a model's replay is timed (CUDA events around
+  the host's launch, no GPU-side wait before it: `run.device.bench`): the median replay of a graph of
+  `REPLAY_KERNELS` empty kernels less that many launch intervals.
 
 The fitting and the notes are plain functions on timings (tested on CPU); `measure` is the GPU part.
 """
@@ -25,10 +28,14 @@ from typing import Any
 
 from fuseplanner.core.errors import DeviceError
 from fuseplanner.core.kinds import REDUCE_OP_TYPES
+from fuseplanner.validation.timing import graph_spacing
 
 #: Launches per graph (the second graph has twice as many), replays timed per graph.
 KERNELS = 200
 REPLAYS = 30
+#: Empty kernels in the graph whose replay gives the once-per-replay cost (few: the intervals it
+#: subtracts carry their own error).
+REPLAY_KERNELS = 10
 #: Spin-kernel body lengths aimed at, microseconds.
 BODIES_US = (2.0, 5.0, 10.0)
 #: A spacing within this fraction above the interval counts as waiting for the next launch.
@@ -80,6 +87,7 @@ class GraphProbe:
     body_spacings_s: tuple[float, ...]
     tail_fit: TailFit
     opaque_ops_s: tuple[tuple[str, float], ...]
+    replay_s: float | None = None
 
     @property
     def reduce_op_floor_s(self) -> float | None:
@@ -91,6 +99,8 @@ class GraphProbe:
                "opaque_op_floor_s": self.opaque_op_floor_s}
         if self.reduce_op_floor_s is not None:
             out["reduce_op_floor_s"] = self.reduce_op_floor_s
+        if self.replay_s is not None:
+            out["graph_replay_s"] = self.replay_s
         return out
 
     def notes(self) -> dict[str, str]:
@@ -99,17 +109,6 @@ class GraphProbe:
 
 
 # ---- pure: spacings, the tail fit, the chosen values, the notes ----------------------------------------
-
-
-def spacing(t_n: float, t_2n: float, n: int) -> float:
-    """Seconds per launch from replay times of graphs of `n` and `2n` launches."""
-    if n < 1:
-        raise ValueError("n must be at least 1")
-    per = (t_2n - t_n) / n
-    if not per > 0:
-        raise DeviceError(f"graph probe: a graph of {2 * n} launches replayed no slower than one of {n} "
-                          f"({t_2n * 1e6:.2f} vs {t_n * 1e6:.2f} us): the timings are noise; rerun calibrate")
-    return per
 
 
 def fit_tail(bodies_s: Sequence[float], spacings_s: Sequence[float], interval_s: float) -> TailFit:
@@ -152,11 +151,16 @@ def reduce_floor(per_op_s: Sequence[tuple[str, float]]) -> float | None:
 
 
 def summarize(interval_s: float, bodies_s: Sequence[float], spacings_s: Sequence[float],
-              per_op_s: Sequence[tuple[str, float]], kernels: int = KERNELS, replays: int = REPLAYS) -> GraphProbe:
-    """A `GraphProbe` from the measured spacings: the tail fitted, the opaque floor chosen."""
+              per_op_s: Sequence[tuple[str, float]], kernels: int = KERNELS, replays: int = REPLAYS,
+              replay_median_s: float | None = None) -> GraphProbe:  # fmt: skip
+    """A `GraphProbe` from the measured spacings: the tail fitted, the opaque floor chosen, and with
+    `replay_median_s` (the median replay of `REPLAY_KERNELS` empty kernels, `replay_time`) the
+    once-per-replay cost (None, not measured, where the replay took no longer than its intervals)."""
     fit = fit_tail(bodies_s, spacings_s, interval_s)
+    once = None if replay_median_s is None else replay_median_s - REPLAY_KERNELS * interval_s
+    once = once if once is not None and once > 0 else None
     return GraphProbe(interval_s, fit.tail_s, opaque_floor(per_op_s), kernels, replays, tuple(bodies_s),
-                      tuple(spacings_s), fit, tuple(per_op_s))  # fmt: skip
+                      tuple(spacings_s), fit, tuple(per_op_s), once)  # fmt: skip
 
 
 def graph_notes(p: GraphProbe) -> dict[str, str]:
@@ -171,7 +175,10 @@ def graph_notes(p: GraphProbe) -> dict[str, str]:
     ops = ", ".join(f"{name} {v * us:.2f} us" for name, v in p.opaque_ops_s)
     reduce = {} if p.reduce_op_floor_s is None else {
         "reduce_op_floor_s": f"{head}, the same ops: median over the reductions among them"}
-    return reduce | {
+    replay = {} if p.replay_s is None else {"graph_replay_s": (
+        f"fuseplanner calibrate: a CUDA graph of {REPLAY_KERNELS} empty kernels, CUDA events around the host's "
+        f"launch as a model's replay is timed: median of {p.replays} replays - {REPLAY_KERNELS} launch intervals")}
+    return reduce | replay | {
         "graph_launch_interval_s": f"{head}, empty kernels: (t_2n - t_n) / n, median of {p.replays} replays",
         "graph_kernel_tail_s": tail,
         "opaque_op_floor_s": f"{head}, operator-library ops on a {'x'.join(map(str, OPAQUE_SHAPE))} float32 "
@@ -193,31 +200,6 @@ def cupy_ops(cp) -> list[LibraryOp]:
             LibraryOp("GlobalAveragePool", lambda: cp.copyto(pooled, x.mean(axis=(2, 3), keepdims=True)), pooled)]
 
 
-def _capture(cp, stream, launch: Callable[[], Any], n: int):
-    """A CUDA graph of `n` calls of `launch` on `stream`, warmed up once outside the capture."""
-    with stream:
-        launch()
-        stream.synchronize()
-        stream.begin_capture()
-        try:
-            for _ in range(n):
-                launch()
-        finally:
-            graph = stream.end_capture()
-    return graph
-
-
-def _spacing_of(cp, stream, launch: Callable[[], Any], n: int, replays: int) -> float:
-    from fuseplanner.validation.timing import time_kernel
-
-    times = []
-    for k in (n, 2 * n):
-        graph = _capture(cp, stream, launch, k)
-        with stream:
-            times.append(time_kernel(lambda g=graph: g.launch(stream), warmup=3, repeat=replays, flush_l2=False).median_s)
-    return spacing(times[0], times[1], n)
-
-
 def _spin_bodies(cp, mod, stream, n: int, replays: int) -> tuple[list[float], list[float]]:
     """(body, graph spacing) of a spin kernel per `BODIES_US` target."""
     from fuseplanner.validation.timing import time_kernel
@@ -234,8 +216,17 @@ def _spin_bodies(cp, mod, stream, n: int, replays: int) -> tuple[list[float], li
         with stream:
             alone = time_kernel(launch, warmup=10, repeat=50, flush_l2=False).median_s
         bodies.append(alone - warm)
-        spacings.append(_spacing_of(cp, stream, launch, n, replays))
+        spacings.append(graph_spacing(stream, launch, n, replays))
     return bodies, spacings
+
+
+def replay_time(stream, empty, replays: int) -> float:
+    """Median seconds of a replay of a graph of `REPLAY_KERNELS` launches of `empty`, CUDA events around
+    the host's launch (no GPU-side wait before it), after three untimed replays."""
+    from fuseplanner.validation.timing import capture_graph, replay_median
+
+    graph = capture_graph(stream, lambda: empty((1,), (1,), ()), REPLAY_KERNELS)
+    return replay_median(stream, graph, replays)
 
 
 def measure(cp, library_ops: Callable[[Any], Sequence[LibraryOp]] | None = None, n: int = KERNELS,
@@ -246,11 +237,11 @@ def measure(cp, library_ops: Callable[[Any], Sequence[LibraryOp]] | None = None,
     mod = cp.RawModule(code=_SOURCE, options=("-std=c++17",))
     stream = cp.cuda.Stream(non_blocking=True)
     empty = mod.get_function("gp_empty")
-    interval = _spacing_of(cp, stream, lambda: empty((1,), (1,), ()), n, replays)
+    interval = graph_spacing(stream, lambda: empty((1,), (1,), ()), n, replays)
     bodies, spacings = _spin_bodies(cp, mod, stream, n, replays)
     pool = cp.cuda.MemoryPool()
     per_op = []
     with cp.cuda.using_allocator(pool.malloc):
         for op in (library_ops or cupy_ops)(cp):
-            per_op.append((op.name, _spacing_of(cp, stream, op.launch, n, replays)))
-    return summarize(interval, bodies, spacings, per_op, n, replays)
+            per_op.append((op.name, graph_spacing(stream, op.launch, n, replays)))
+    return summarize(interval, bodies, spacings, per_op, n, replays, replay_time(stream, empty, replays))

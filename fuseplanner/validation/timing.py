@@ -111,6 +111,69 @@ def time_kernel(fn: Callable[[], object], *, warmup: int = 10, repeat: int = 200
     return Timing(statistics.median(ordered), _quantile(ordered, 0.1), _quantile(ordered, 0.9), tuple(samples))
 
 
+# ---- spacing in a CUDA graph --------------------------------------------------------------------------
+
+
+def spacing(t_n: float, t_2n: float, n: int) -> float:
+    """Seconds per launch from replay times of graphs of `n` and `2n` launches: what a replay costs once
+    (the graph's start, the events) cancels."""
+    from fuseplanner.core.errors import DeviceError
+
+    if n < 1:
+        raise ValueError("n must be at least 1")
+    per = (t_2n - t_n) / n
+    if not per > 0:
+        raise DeviceError(f"a CUDA graph of {2 * n} launches replayed no slower than one of {n} "
+                          f"({t_2n * 1e6:.2f} vs {t_n * 1e6:.2f} us): the timings are noise; measure again")  # fmt: skip
+    return per
+
+
+def capture_graph(stream, launch: Callable[[], object], n: int):
+    """A CUDA graph of `n` calls of `launch` on `stream` (each depending on the one before), warmed up
+    once outside the capture. Arrays the calls allocate come from the caller's allocator."""
+    with stream:
+        launch()
+        stream.synchronize()
+        stream.begin_capture()
+        try:
+            for _ in range(n):
+                launch()
+        finally:
+            graph = stream.end_capture()
+    return graph
+
+
+def graph_spacing(stream, launch: Callable[[], object], n: int, replays: int) -> float:
+    """Seconds per call of `launch` among back-to-back graph kernels: graphs of `n` and `2n` calls, each
+    replayed `replays` times (`time_kernel`, warm L2, the host's launch outside the timed region), then
+    `spacing` of the two medians."""
+    times = []
+    for k in (n, 2 * n):
+        graph = capture_graph(stream, launch, k)
+        with stream:
+            times.append(time_kernel(lambda g=graph: g.launch(stream), warmup=3, repeat=replays, flush_l2=False).median_s)
+        del graph
+    return spacing(times[0], times[1], n)
+
+
+def replay_median(stream, graph, replays: int, warmup: int = 3) -> float:
+    """Median seconds of `replays` replays of `graph` on `stream`, each between two CUDA events recorded
+    around the host's launch as a model's replay is timed (`run.device.bench`): no GPU-side wait before
+    it, so what the host takes to submit the graph is inside."""
+    cp = require_device()
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    times = []
+    with stream:
+        for i in range(warmup + replays):
+            start.record(stream)
+            graph.launch(stream)
+            end.record(stream)
+            end.synchronize()
+            if i >= warmup:
+                times.append(cp.cuda.get_elapsed_time(start, end) * 1e-3)
+    return statistics.median(times)
+
+
 # ---- block placement ---------------------------------------------------------------------------------
 
 

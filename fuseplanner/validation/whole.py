@@ -107,6 +107,11 @@ class WholeResult(BaseModel):
     step_error_p90: float | None = None
     unmatched_steps: list[str] = Field(default_factory=list, description="measured steps with no predicted step")
     step_mode: str = Field(default="stream", description="how steps were timed: run.device.STEP_MODES")
+    graph_step_timing: str = Field(default="replay", description="how the graph-mode step times were taken: "
+                                   "'spacing', (t_2n - t_n) / n of graphs of n and 2n copies of the step "
+                                   "(run.device.time_nodes); 'replay', results saved before it: one replay of "
+                                   "n copies / n, each step time holding 1/n of what a replay costs once; "
+                                   "'replay-net', such times less that share (`net_of_replay`)")  # fmt: skip
     unfused_steps: list[MeasuredStep] = Field(default_factory=list,
                                               description="the unfused model's steps timed in graph mode")  # fmt: skip
     decisions: DecisionData | None = Field(default=None, description="fuse decision candidates and the planned "
@@ -308,7 +313,7 @@ def measure(model, spec, *, dtype: str = "fp32", precision: str = "fp32", batch:
                                                                     input_shapes=input_shapes), require_counters)  # fmt: skip
         result = result.model_copy(update={"traffic": traffic})
     return result.model_copy(update={"unfused_steps": unfused_steps, "decisions": data, "spills": spills,
-                                     "plan": stored(plan)})  # fmt: skip
+                                     "plan": stored(plan), "graph_step_timing": "spacing"})  # fmt: skip
 
 
 def stored(plan) -> Plan:
@@ -389,6 +394,31 @@ def read(path: str | Path) -> list[WholeResult]:
         raise RecordsError(f"{path}: not a whole.json of `validate --whole` ({str(exc).splitlines()[0]})") from None
 
 
+#: Copies of a step in the one replay that timed it in results whose `graph_step_timing` is "replay".
+REPLAY_COPIES = 10
+
+
+def net_of_replay(result: WholeResult, spec) -> WholeResult:
+    """`result` with its graph-mode step times net of what their replay cost once: for a result timed
+    "replay" (one replay of `REPLAY_COPIES` copies of the step / `REPLAY_COPIES`), every graph-mode step
+    time (the planned steps in graph step mode, the unfused steps, the decision runs' steps) less
+    spec `graph_replay_s` / `REPLAY_COPIES`, as times by spacing are; any other result as it is."""
+    once = float(spec.eff("graph_replay_s") or 0.0) / REPLAY_COPIES
+    if result.graph_step_timing != "replay" or once <= 0:
+        return result
+
+    def net(steps: list) -> list:
+        return [s.model_copy(update={"measured_s": max(s.measured_s - once, 0.0)}) for s in steps]
+
+    update = {"unfused_steps": net(result.unfused_steps), "graph_step_timing": "replay-net"}
+    if result.step_mode == "graph":
+        update["steps"] = net(result.steps)
+    if result.decisions is not None:
+        runs = [r.model_copy(update={"steps": net(r.steps)}) for r in result.decisions.runs]
+        update["decisions"] = result.decisions.model_copy(update={"runs": runs})
+    return result.model_copy(update=update)
+
+
 def repredict(result: WholeResult, spec, model=None, context: str = "isolated") -> WholeResult:
     """`result`'s measurements against the predictions of `spec` and the current cost model, without a
     GPU: the plan measured (`result.plan`) costed with `spec` (`planning.recost`), or for a result saved
@@ -400,6 +430,7 @@ def repredict(result: WholeResult, spec, model=None, context: str = "isolated") 
     from fuseplanner.planning.search import plan as make_plan
     from fuseplanner.planning.whole import predict_whole
 
+    result = net_of_replay(result, spec)
     graph = load_model(model or result.model, None, result.batch)
     unfused = unfused_plan(graph, spec, result.dtype, result.precision, result.batch)
     if result.plan is not None:
@@ -422,7 +453,8 @@ def repredict(result: WholeResult, spec, model=None, context: str = "isolated") 
         traffic = traffic.with_counters(result.traffic.cold, result.traffic.warm, result.traffic.note)
     return again.model_copy(update={"unfused_steps": result.unfused_steps, "decisions": result.decisions,
                                     "traffic": traffic, "spills": result.spills,
-                                    "plan": result.plan if result.plan is not None else stored(plan)})  # fmt: skip
+                                    "plan": result.plan if result.plan is not None else stored(plan),
+                                    "graph_step_timing": result.graph_step_timing})  # fmt: skip
 
 
 def unfused_plan(graph, spec, dtype: str, precision: str, batch: int):

@@ -12,7 +12,7 @@ tile the fresh plan picks.
 
 from __future__ import annotations
 
-from fuseplanner.validation.whole import WholeResult, _both_plans, unfused_plan
+from fuseplanner.validation.whole import WholeResult, _both_plans, net_of_replay, unfused_plan
 from fuseplanner.validation.whole_decisions import DecisionData, candidates
 
 
@@ -24,6 +24,7 @@ def redecide(result: WholeResult, spec, model=None) -> WholeResult:
 
     if result.decisions is None:
         return result
+    result = net_of_replay(result, spec)
     graph = load_model(model or result.model, None, result.batch)
     plans = _both_plans(graph, spec, result.dtype, result.precision, lambda _line: None)
     bare = unfused_plan(graph, spec, result.dtype, result.precision, plans["isolated"].batch)

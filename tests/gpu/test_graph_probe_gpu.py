@@ -33,6 +33,7 @@ def test_probe_with_the_executor_ops():
     with cp.cuda.Device(0):
         probe = graph_probe.measure(cp, _library_ops, n=100, replays=10)
     _sane(probe)
+    assert probe.replay_s is not None  # a replay costs something once: at least the host submitting it
     assert [name for name, _ in probe.opaque_ops_s] == ["Add", "Relu", "GlobalAveragePool"]
     if probe.tail_fit.slope is not None:  # a graph kernel's spacing grows with its body about one for one
         assert 0.8 < probe.tail_fit.slope < 1.2, probe.tail_fit
@@ -42,7 +43,7 @@ def test_cli_writes_the_graph_terms(tmp_path):
     out = tmp_path / "graph.toml"
     assert main(["calibrate", "--no-sweep", "--out", str(out)]) == 0
     raw = tomllib.loads(out.read_text())
-    for key in ("graph_launch_interval_s", "graph_kernel_tail_s", "opaque_op_floor_s"):
+    for key in ("graph_launch_interval_s", "graph_kernel_tail_s", "opaque_op_floor_s", "graph_replay_s"):
         assert 0.2 * US <= raw["measured"][key] <= 20 * US, key
         assert key not in raw.get("estimated", ())
         assert raw["sources"][f"measured.{key}"].startswith("fuseplanner calibrate")
