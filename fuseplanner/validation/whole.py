@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -107,7 +108,7 @@ class WholeResult(BaseModel):
     step_error_p90: float | None = None
     unmatched_steps: list[str] = Field(default_factory=list, description="measured steps with no predicted step")
     step_mode: str = Field(default="stream", description="how steps were timed: run.device.STEP_MODES")
-    graph_step_timing: str = Field(default="replay", description="how the graph-mode step times were taken: "
+    graph_step_timing: Literal["spacing", "replay", "replay-net"] = Field(default="replay", description="how the graph-mode step times were taken: "
                                    "'spacing', (t_2n - t_n) / n of graphs of n and 2n copies of the step "
                                    "(run.device.time_nodes); 'replay', results saved before it: one replay of "
                                    "n copies / n, each step time holding 1/n of what a replay costs once; "
