@@ -40,7 +40,7 @@ def by_one_replay(model, repeats: int = 20) -> list[float]:
     stream = model._stream
     out = []
     with cp.cuda.using_allocator(model._pool.malloc):
-        for _, fn in [(s, fn) for s, fn in model._bound.runners if fn is not None]:
+        for fn in [fn for _, fn in model._bound.runners if fn is not None]:
             graph = capture_graph(stream, fn, COPIES)
             out.append(replay_median(stream, graph, repeats, warmup=2) / COPIES)
     return out

@@ -208,12 +208,15 @@ def _decisions_from_results(args: argparse.Namespace, out: Path) -> int:
     if not any(r.decisions is not None for r in results):
         raise FusePlannerError("no result in these files has decision measurements: measure with a current "
                                "`fuseplanner validate MODEL --whole`")  # fmt: skip
+    def spec_of(r):
+        return specs.gpu(r.gpu if args.gpu == "auto" else args.gpu)
+
     if args.as_saved:
-        results = [net_of_replay(r, specs.gpu(r.gpu if args.gpu == "auto" else args.gpu)) for r in results]
+        results = [net_of_replay(r, spec_of(r)) for r in results]
         note = ("Decisions as saved in the results (decided at measurement time); step times net of the replay's "
                 "once cost where one replay timed them.")
     else:
-        results = [redecide(r, specs.gpu(r.gpu if args.gpu == "auto" else args.gpu), args.model) for r in results]
+        results = [redecide(r, spec_of(r), args.model) for r in results]
         name = "the spec each result names" if args.gpu == "auto" else f"spec `{specs.gpu(args.gpu).name}`"
         note = (f"Decisions re-decided with {name} and the current cost model; step times as saved (net of the "
                 "replay's once cost where one replay timed them).")

@@ -28,7 +28,7 @@ from typing import Any
 
 from fuseplanner.core.errors import DeviceError
 from fuseplanner.core.kinds import REDUCE_OP_TYPES
-from fuseplanner.validation.timing import graph_spacing
+from fuseplanner.validation.timing import capture_graph, graph_spacing, replay_median, time_kernel
 
 #: Launches per graph (the second graph has twice as many), replays timed per graph.
 KERNELS = 200
@@ -158,7 +158,8 @@ def summarize(interval_s: float, bodies_s: Sequence[float], spacings_s: Sequence
     once-per-replay cost (None, not measured, where the replay took no longer than its intervals)."""
     fit = fit_tail(bodies_s, spacings_s, interval_s)
     once = None if replay_median_s is None else replay_median_s - REPLAY_KERNELS * interval_s
-    once = once if once is not None and once > 0 else None
+    if once is not None and once <= 0:
+        once = None
     return GraphProbe(interval_s, fit.tail_s, opaque_floor(per_op_s), kernels, replays, tuple(bodies_s),
                       tuple(spacings_s), fit, tuple(per_op_s), once)  # fmt: skip
 
@@ -202,8 +203,6 @@ def cupy_ops(cp) -> list[LibraryOp]:
 
 def _spin_bodies(cp, mod, stream, n: int, replays: int) -> tuple[list[float], list[float]]:
     """(body, graph spacing) of a spin kernel per `BODIES_US` target."""
-    from fuseplanner.validation.timing import time_kernel
-
     empty, spin = mod.get_function("gp_empty"), mod.get_function("gp_spin")
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())
     khz = int(props.get("clockRate") or 1_500_000)  # only aims the bodies: each is measured
@@ -223,8 +222,6 @@ def _spin_bodies(cp, mod, stream, n: int, replays: int) -> tuple[list[float], li
 def replay_time(stream, empty, replays: int) -> float:
     """Median seconds of a replay of a graph of `REPLAY_KERNELS` launches of `empty`, CUDA events around
     the host's launch (no GPU-side wait before it), after three untimed replays."""
-    from fuseplanner.validation.timing import capture_graph, replay_median
-
     graph = capture_graph(stream, lambda: empty((1,), (1,), ()), REPLAY_KERNELS)
     return replay_median(stream, graph, replays)
 

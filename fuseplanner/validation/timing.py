@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fuseplanner.core.errors import DeviceError
 from fuseplanner.kernels._build import require_device
 
 #: Bytes written to flush L2 between timed runs, as a multiple of the L2 size.
@@ -117,8 +118,6 @@ def time_kernel(fn: Callable[[], object], *, warmup: int = 10, repeat: int = 200
 def spacing(t_n: float, t_2n: float, n: int) -> float:
     """Seconds per launch from replay times of graphs of `n` and `2n` launches: what a replay costs once
     (the graph's start, the events) cancels."""
-    from fuseplanner.core.errors import DeviceError
-
     if n < 1:
         raise ValueError("n must be at least 1")
     per = (t_2n - t_n) / n

@@ -108,11 +108,11 @@ class WholeResult(BaseModel):
     step_error_p90: float | None = None
     unmatched_steps: list[str] = Field(default_factory=list, description="measured steps with no predicted step")
     step_mode: str = Field(default="stream", description="how steps were timed: run.device.STEP_MODES")
-    graph_step_timing: Literal["spacing", "replay", "replay-net"] = Field(default="replay", description="how the graph-mode step times were taken: "
-                                   "'spacing', (t_2n - t_n) / n of graphs of n and 2n copies of the step "
-                                   "(run.device.time_nodes); 'replay', results saved before it: one replay of "
-                                   "n copies / n, each step time holding 1/n of what a replay costs once; "
-                                   "'replay-net', such times less that share (`net_of_replay`)")  # fmt: skip
+    graph_step_timing: Literal["spacing", "replay", "replay-net"] = Field(
+        default="replay", description="how the graph-mode step times were taken: 'spacing', (t_2n - t_n) / n of "
+        "graphs of n and 2n copies of the step (run.device.time_nodes); 'replay', results saved before it: one "
+        "replay of n copies / n, each step time holding 1/n of what a replay costs once; 'replay-net', such "
+        "times less that share (`net_of_replay`)")
     unfused_steps: list[MeasuredStep] = Field(default_factory=list,
                                               description="the unfused model's steps timed in graph mode")  # fmt: skip
     decisions: DecisionData | None = Field(default=None, description="fuse decision candidates and the planned "
