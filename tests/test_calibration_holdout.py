@@ -49,7 +49,11 @@ def test_h200_calibrated_beats_the_borrowed_h100_spec_in_time(h200):
     # time median 8.4% against 10.6%; fuse decisions 123 of 134 against 124 (the refit with the
     # per-accumulator register table lost one): within one decision
     assert t_cal < t_h100 and d_cal >= d_h100 - 100.0 / 134 - 1e-9
-    assert t_cal < t_own and d_cal > d_own  # and better than the bundled h200 spec (H100 fit, estimated facts)
+    # the bundled h200 spec (the H100 kernel fit, facts calibrate measured on the H200): 9.9% and 124 of
+    # 134; its own fit is better in time, within one decision
+    assert t_cal < t_own and d_cal >= d_own - 100.0 / 134 - 1e-9
+    # the measured facts are what made it good: with the datasheet ones it scored 12.7% and 86 of 134
+    assert t_own < 11.0 and d_own > 90.0
 
 
 def test_h200_fit_is_reproduced_from_its_saved_sweep(tmp_path, capsys):

@@ -51,9 +51,11 @@ def test_other_gpus_borrow_the_h100_fit(stem):
     assert s.fit_from == "h100" and s.fit.borrowed and s.fit.source_gpu == "h100"
     # the kernel parameters are the H100's; the threshold fitted on H100 decisions is not lent
     thresholds = ("fuse_min_speedup", "graph_fuse_min_speedup")
-    assert {k: v for k, v in s.fit.values().items() if k not in thresholds} == \
-           {k: v for k, v in h.fit.values().items() if k not in thresholds}
-    assert all(getattr(s.fit, t) == 1.0 == s.eff(t) for t in thresholds)
+    kept = set(thresholds) | set(s.refit)  # a [refit] table's values are the GPU's own (h200's graph terms)
+    assert {k: v for k, v in s.fit.values().items() if k not in kept} == \
+           {k: v for k, v in h.fit.values().items() if k not in kept}
+    assert all(getattr(s.fit, k) == v == s.eff(k) for k, v in s.refit.items())
+    assert all(getattr(s.fit, t) == (s.refit.get(t, 1.0)) == s.eff(t) for t in thresholds)
 
 
 @pytest.mark.parametrize("stem", sorted(s.name for s in list_gpus()))
@@ -230,3 +232,50 @@ def test_a_fit_with_the_single_layer_by_layer_graph_term_still_loads(tmp_path):
     assert (spec.hw.graph_dw_kernel_s, spec.hw.graph_pw_kernel_s, spec.hw.graph_fused_kernel_s) == (4.1e-07, 4.1e-07, -2.6e-07)
     assert spec.fit.sources["graph_dw_kernel_s"] == spec.fit.sources["graph_pw_kernel_s"] == "an earlier note"
     assert "graph_lbl_kernel_s" not in spec.fit.sources
+
+
+def _refitting(text: str, table: str = "[refit]\ngraph_pw_kernel_s = 3e-07\n") -> str:
+    note = '"refit.graph_pw_kernel_s" = "fitted on my executor runs"\n'
+    return _facts_only(text).replace("[measured]\n", table + "\n[measured]\n", 1).replace("[sources]\n", "[sources]\n" + note, 1)
+
+
+def test_refit_replaces_values_of_a_borrowed_fit(tmp_path):
+    s, h = gpu(str(_user_spec(tmp_path, "refit", _refitting))), gpu("h100")
+    assert s.fit.borrowed and s.refit == {"graph_pw_kernel_s": 3e-07}
+    assert s.eff("graph_pw_kernel_s") == 3e-07 == s.hw.graph_pw_kernel_s != h.eff("graph_pw_kernel_s")
+    assert s.fit.dw_warp_flops_per_cycle_fp32 == h.fit.dw_warp_flops_per_cycle_fp32  # the rest stays borrowed
+    assert s.fit.sources["graph_pw_kernel_s"] == "fitted on my executor runs"
+    assert "refitted here: graph_pw_kernel_s" in s.warnings()[0]
+    from fuseplanner.cli.cmd_gpus import fit_label
+
+    assert fit_label(s) == "from h100, 1 refit" and fit_label(h) == "own (4119 rec)"
+    # a value given beside the facts (a script's variant) wins over the refit one
+    v = GpuSpec.model_validate({**s.model_dump(exclude={"fit"}), "fit": s.fit, "graph_pw_kernel_s": 1e-07})
+    assert v.eff("graph_pw_kernel_s") == 1e-07
+
+
+@pytest.mark.parametrize("transform,message", [
+    (lambda t: t.replace("[measured]\n", "[refit]\ngraph_pw_kernel_s = 3e-07\n\n[measured]\n", 1), "a fit of the spec's own"),
+    (lambda t: _refitting(t, "[refit]\ngraph_pw_kernel = 3e-07\n"), "refit.graph_pw_kernel is not a fitted parameter"),
+])
+def test_bad_refit_is_one_line_naming_it(tmp_path, transform, message):
+    with pytest.raises(SpecError) as ei:
+        gpu(str(_user_spec(tmp_path, "bad", transform)))
+    assert message in str(ei.value) and "\n" not in str(ei.value)
+
+
+def test_apply_measured_and_calibrate_keep_a_refit(tmp_path):
+    from test_calibrate import CAL
+
+    from fuseplanner.validation import microbench as calibrate
+
+    s = gpu(str(_user_spec(tmp_path, "refit", _refitting)))
+    # the values a fit script sets win over the refit ones; the others stay
+    assert calibrate.apply_measured(s, {"graph_pw_kernel_s": 0.0}).eff("graph_pw_kernel_s") == 0.0
+    assert calibrate.apply_measured(s, {"graph_dw_kernel_s": 0.0}).eff("graph_pw_kernel_s") == 3e-07
+    # a calibrated copy of a refitting spec borrows the same fit with the same refit values
+    back = gpu(str(calibrate.write_spec(tmp_path / "cal.toml", s, CAL)))
+    assert back.fit_from == s.fit_from and back.refit == s.refit and back.fit == s.fit
+    # a spec with a fit of its own holds the refit values in it and writes no [refit] table
+    own = calibrate.spec_dict(s.model_copy(update={"fit": s.fit.model_copy(update={"borrowed": False})}))
+    assert "refit" not in own and own["fit"]["graph_pw_kernel_s"] == 3e-07

@@ -39,6 +39,8 @@ def test_every_number_has_a_source(stem):
         assert field in s.sources and len(s.sources[field]) > 10, f"{stem}.{field} has no source note"
     for field in s.measured:
         assert f"measured.{field}" in s.sources
+    for field in s.refit:
+        assert len(s.sources.get(f"refit.{field}", "")) > 10, f"{stem}: refit.{field} has no source note"
 
 
 @pytest.mark.parametrize("stem", sorted(STEMS))

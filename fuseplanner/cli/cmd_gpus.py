@@ -39,9 +39,10 @@ def record(spec: GpuSpec, sources: bool = False) -> dict:
 
 
 def fit_label(spec: GpuSpec) -> str:
-    """Where the spec's kernel parameters come from: its own fit (with its record count) or a borrowed one."""
+    """Where the spec's kernel parameters come from: its own fit (with its record count) or a borrowed one
+    (with how many values its [refit] table gives it)."""
     if spec.fit.borrowed:
-        return f"from {spec.fit.source_gpu}"
+        return f"from {spec.fit.source_gpu}" + (f", {len(spec.refit)} refit" if spec.refit else "")
     return f"own ({spec.fit.record_count} rec)" if spec.fit.record_count else "own"
 
 

@@ -197,6 +197,11 @@ class GpuSpec(BaseModel):
         default=None,
         description="the bundled spec name (or TOML path) whose kernel fit this GPU borrows; None: its own [fit]")
     fit: KernelFit = Field(description="the fitted kernel parameters (fuseplanner.hw.kernel_fit)")
+    refit: dict[str, float] = Field(
+        default_factory=dict,
+        description="fitted parameters this GPU fits on its own measurements over a borrowed fit (fit_from), "
+        "each with a refit.NAME note in [sources]: the graph-context terms fitted on its executor runs, say, "
+        "while the kernel parameters stay borrowed; `fit` carries them")
     sources: dict[str, str] = Field(default_factory=dict)
     measured: dict[str, float] = Field(default_factory=dict)
 
@@ -204,8 +209,8 @@ class GpuSpec(BaseModel):
     @classmethod
     def _resolve_fit(cls, data: Any) -> Any:
         """Give the spec its fit: its own ``[fit]`` table, else the borrowed fit of ``fit_from`` (default
-        `DEFAULT_FIT`). Kernel parameters at top level or in ``[measured]`` (the layout before the fit
-        had its own table) override the fit's values."""
+        `DEFAULT_FIT`) with the values of its ``[refit]`` table. Kernel parameters at top level or in
+        ``[measured]`` (the layout before the fit had its own table) override the fit's values."""
         if not isinstance(data, dict):
             return data
         data = dict(data)
@@ -214,13 +219,20 @@ class GpuSpec(BaseModel):
         if isinstance(measured, dict) and any(k in PARAMS for k in measured):
             legacy.update({k: v for k, v in measured.items() if k in PARAMS})
             data["measured"] = {k: v for k, v in measured.items() if k not in PARAMS}
+        refit = data.get("refit") or {}
         if data.get("fit") is None:
             data["fit_from"] = data.get("fit_from") or DEFAULT_FIT
             data["fit"] = borrowed_fit(str(data["fit_from"]))
+        elif refit and not data.get("fit_from"):
+            raise ValueError("[refit] refits values of a borrowed fit (fit_from): a fit of the spec's own puts them in [fit]")
+        if isinstance(refit, dict):  # a value given beside the facts (a variant) wins over the refit one
+            legacy = {**{k: v for k, v in refit.items() if k in PARAMS}, **legacy}
         if legacy:
             fit = data["fit"]
             fit = fit.model_dump() if isinstance(fit, KernelFit) else dict(fit)
-            data["fit"] = {**fit, **legacy}
+            notes = {**fit.get("sources", {}), **{k: str((data.get("sources") or {}).get(f"refit.{k}", "[refit]"))
+                                                  for k in refit if k in PARAMS}}  # fmt: skip
+            data["fit"] = {**fit, **legacy, "sources": notes}
         return data
 
     @field_validator("measured")
@@ -231,6 +243,14 @@ class GpuSpec(BaseModel):
                 raise ValueError(f"measured.{key} is not a measurable field (use one of {', '.join(MEASURABLE)})")
             if not (isinstance(val, int | float) and math.isfinite(val) and val > 0):
                 raise ValueError(f"measured.{key} must be a positive number")
+        return v
+
+    @field_validator("refit")
+    @classmethod
+    def _known_refit(cls, v: dict[str, float]) -> dict[str, float]:
+        for key in v:
+            if key not in PARAMS:
+                raise ValueError(f"refit.{key} is not a fitted parameter (use one of {', '.join(PARAMS[:3])}, ...)")
         return v
 
     @field_validator("estimated")
@@ -278,8 +298,9 @@ class GpuSpec(BaseModel):
         `graph`: a prediction in the isolated context does not read them)."""
         out = []
         if kernel_fit and self.fit.borrowed:
+            own = f" (refitted here: {', '.join(self.refit)})" if self.refit else ""
             out.append(f"{self.name} has no kernel fit of its own: kernel parameters borrowed from "
-                       f"{self.fit.source_gpu}; fit them on this GPU with `fuseplanner calibrate --out FILE` "
+                       f"{self.fit.source_gpu}{own}; fit them on this GPU with `fuseplanner calibrate --out FILE` "
                        "(a micro-sweep, minutes), then pass --gpu FILE")
         if self.plan_only:
             out.append(f"{self.name} is compute capability {self.compute_capability}: the bundled kernels need "

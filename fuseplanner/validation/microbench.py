@@ -288,7 +288,8 @@ def spec_dict(spec: Any) -> dict[str, Any]:
     if spec.fit.borrowed:
         d.pop("fit", None)
         d["fit_from"] = spec.fit_from
-    else:
+    else:  # a fit of its own holds what a [refit] table gave the borrowed one
+        d.pop("refit", None)
         d["fit"] = spec.fit.model_dump(mode="json", exclude={"borrowed"})
     return d
 
@@ -328,7 +329,9 @@ def apply_measured(spec: Any, values: Mapping[str, float]) -> Any:
     measured = {**dict(getattr(spec, "measured", None) or {}), **{k: v for k, v in values.items() if k not in PARAMS}}
     if hasattr(spec, "model_validate"):  # rebuilt, not copied, so cached effective values are recomputed
         d = spec.model_dump(exclude={"fit"})
-        return type(spec).model_validate({**d, "measured": measured, "fit": spec.fit.model_copy(update=params)})
+        refit = {k: v for k, v in d.get("refit", {}).items() if k not in params}  # the values given win
+        return type(spec).model_validate({**d, "measured": measured, "refit": refit,
+                                          "fit": spec.fit.model_copy(update=params)})  # fmt: skip
     from dataclasses import replace
 
     return replace(spec, measured={**measured, **params})
