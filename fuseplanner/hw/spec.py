@@ -220,19 +220,19 @@ class GpuSpec(BaseModel):
             legacy.update({k: v for k, v in measured.items() if k in PARAMS})
             data["measured"] = {k: v for k, v in measured.items() if k not in PARAMS}
         refit = data.get("refit") or {}
+        refit = {k: v for k, v in refit.items() if k in PARAMS} if isinstance(refit, dict) else {}  # else refused below
         if data.get("fit") is None:
             data["fit_from"] = data.get("fit_from") or DEFAULT_FIT
             data["fit"] = borrowed_fit(str(data["fit_from"]))
         elif refit and not data.get("fit_from"):
             raise ValueError("[refit] refits values of a borrowed fit (fit_from): a fit of the spec's own puts them in [fit]")
-        if isinstance(refit, dict):  # a value given beside the facts (a variant) wins over the refit one
-            legacy = {**{k: v for k, v in refit.items() if k in PARAMS}, **legacy}
-        if legacy:
+        overrides = {**refit, **legacy}  # a value given beside the facts (a variant) wins over the refit one
+        if overrides:
             fit = data["fit"]
             fit = fit.model_dump() if isinstance(fit, KernelFit) else dict(fit)
-            notes = {**fit.get("sources", {}), **{k: str((data.get("sources") or {}).get(f"refit.{k}", "[refit]"))
-                                                  for k in refit if k in PARAMS}}  # fmt: skip
-            data["fit"] = {**fit, **legacy, "sources": notes}
+            notes = dict(data.get("sources") or {})
+            refit_notes = {k: str(notes.get(f"refit.{k}", "[refit]")) for k in refit}
+            data["fit"] = {**fit, **overrides, "sources": {**fit.get("sources", {}), **refit_notes}}
         return data
 
     @field_validator("measured")
