@@ -99,6 +99,25 @@ def test_block_bias_bands_the_pw_launches_by_outputs_per_thread(capsys):
     assert "by outputs per thread" in capsys.readouterr().out
 
 
+def test_kind_bias_groups_the_one_launch_records_by_kernel_kind(capsys):
+    def rec(i, kind, steps, pred_us, meas_us, error=""):
+        return {"id": f"R{i}", "role": "layer", "kind": kind, "step_kinds": steps, "error": error,
+                "predicted": {"ours": {"time_s": pred_us * 1e-6}}, "measured": {"time_cold_s": meas_us * 1e-6}}
+
+    # pw: 12/10 = 1.2 and 9/10 = 0.9; pw_pw: 26/20 = 1.3; the unfused pw_dw (two launches: pw then dw) and
+    # the failed dw stay out, so no dw row; kinds come in KERNEL_KINDS order (pw before the fused kinds)
+    data = {"meta": {"dtype": "fp32"}, "records": [
+        rec(0, "pw_pw", ["pw_pw"], 26, 20), rec(1, "pw", ["pw"], 12, 10), rec(2, "pw", ["pw"], 9, 10),
+        rec(3, "pw_dw", ["pw", "dw"], 30, 10), rec(4, "dw", ["dw"], 20, 10, error="launch failed")]}  # fmt: skip
+    rows = acc.kind_bias([Run("x", "x", data)])
+    assert [k for k, _ in rows] == ["pw", "pw_pw"]
+    assert rows[0][1] == pytest.approx((1.2, 0.9)) and rows[1][1] == pytest.approx((1.3,))
+    # pw quantiles of (0.9, 1.2): p10 0.9 + 0.1 x 0.3 = 0.93, median 1.05, p90 1.17
+    assert acc.kind_bias_table(rows).rows == (("pw", "2", "0.93", "1.05", "1.17"), ("pw_pw", "1", "1.30", "1.30", "1.30"))
+    assert main(["analyze", "accuracy", SMALL, "--stored", "--by-kind", "--markdown", "-"]) == 0
+    assert "One-launch records by kernel kind" in capsys.readouterr().out
+
+
 def test_accuracy_pools_records_and_groups_over_runs():
     run, pooled = acc.accuracy(load_runs([SMALL]))[0], acc.accuracy(load_runs([SMALL, SMALL]))[-1]
     assert pooled.time.n == 2 * run.time.n and pooled.time.median == run.time.median

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from opfactory import dw, pw
+from opfactory import dw, linear, pw
 
 from fuseplanner.core.ir import Tile
 from fuseplanner.cost import estimate
@@ -245,6 +245,22 @@ def test_fixed_launch_time_adds_once_per_launch_by_kind():
     assert kernel_time(w, 1e6, 3, 256, hw, 1e14, (*rates[:5], 2e-6, 0.0), 2) == pytest.approx(base + 2e-6, rel=1e-12)
     three = kernel_time(w, 1e6, 1, 256, hw, 1e14, rates, 2)
     assert kernel_time(w, 1e6, 1, 256, hw, 1e14, (*rates[:5], 2e-6, 0.0), 2) == pytest.approx(three + 2e-6, rel=1e-12)
-    # the spec's field by kind: layer-by-layer kernels kernel_fixed_s, fused ones fused_kernel_fixed_s
+    # the spec's field by kind: layer-by-layer kernels and PW->PW over NCHW maps kernel_fixed_s; the fused
+    # kinds with a DW stage and PW->PW over channel-last tokens (linear -> linear) fused_kernel_fixed_s
     assert warp_rates("dw", "fp32", "fp32", hw)[5] == 0.5e-6 and warp_rates("pw", "fp16", "fp32", hw)[5] == 0.5e-6
-    assert warp_rates("dw_pw", "fp32", "fp32", hw)[5] == 3e-6 and warp_rates("pw_pw", "fp16", "fp32", hw)[5] == 3e-6
+    se = (pw(96, 4, 1, 1), pw(4, 96, 1, 1))
+    mlp = (linear(256, 64, 128), linear(256, 128, 64))
+    assert warp_rates("pw_pw", "fp16", "fp32", hw, se)[5] == 0.5e-6 == warp_rates("pw_pw", "fp32", "tf32", hw, se)[5]
+    assert warp_rates("pw_pw", "fp16", "fp32", hw, mlp)[5] == 3e-6 == warp_rates("pw_pw", "fp32", "fp32", hw, mlp)[5]
+    assert all(warp_rates(k, "fp32", "fp32", hw)[5] == 3e-6 for k in ("dw_pw", "pw_dw", "pw_dw_pw"))
+    # ... and a whole estimate charges them: the SE pair's predicted time moves by kernel_fixed_s, the
+    # MLP pair's by fused_kernel_fixed_s, when that field alone changes
+    def est(ops, **fit):
+        g = GpuSpec.model_validate({**H100.model_dump(), **fit})
+        return estimate("pw_pw", ops, Tile(1, 1, 64, 8, 64) if ops is se else Tile(16, 1, 64, 32, 256), "fp32", 1,
+                        g).time_s  # fmt: skip
+    base = est(se)
+    assert est(se, kernel_fixed_s=H100.hw.kernel_fixed_s + 1e-6) == pytest.approx(base + 1e-6, rel=1e-9)
+    assert est(se, fused_kernel_fixed_s=H100.hw.fused_kernel_fixed_s + 1e-6) == pytest.approx(base, rel=1e-12)
+    base = est(mlp)
+    assert est(mlp, fused_kernel_fixed_s=H100.hw.fused_kernel_fixed_s + 1e-6) == pytest.approx(base + 1e-6, rel=1e-9)

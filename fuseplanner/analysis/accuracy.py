@@ -137,18 +137,24 @@ class WorkBand:
         return float(np.quantile(self.ratios, q)) if self.ratios else None
 
 
+def _single_launches(runs: Sequence[Run], kinds: Sequence[str]) -> list[tuple[Record, float]]:
+    """(record, predicted / measured cold time) of every measured record that is one launch of a kind
+    in `kinds`."""
+    out = []
+    for run in runs:
+        for r in run.records:
+            pred, steps = r.prediction("ours"), r.step_kinds or (r.kind,)
+            if (r.ok and pred is not None and pred.time_s and r.measured.time_cold_s
+                    and len(steps) == 1 and steps[0] in kinds):  # fmt: skip
+                out.append((r, pred.time_s / r.measured.time_cold_s))
+    return out
+
+
 def _single_layer_launches(runs: Sequence[Run]) -> list[tuple[Record, float]]:
     """(record, predicted / measured time) of every measured record that is one layer-by-layer launch."""
     from fuseplanner.core.kinds import LAYER_KINDS
 
-    out = []
-    for run in runs:
-        for r in run.records:
-            pred, kinds = r.prediction("ours"), r.step_kinds or (r.kind,)
-            if (r.ok and pred is not None and pred.time_s and r.measured.time_cold_s
-                    and len(kinds) == 1 and kinds[0] in LAYER_KINDS):  # fmt: skip
-                out.append((r, pred.time_s / r.measured.time_cold_s))
-    return out
+    return _single_launches(runs, LAYER_KINDS)
 
 
 def _banded(pairs: Sequence[tuple[float, float]], bands: Sequence[float]) -> list[WorkBand]:
@@ -177,21 +183,44 @@ def _flops(x: float) -> str:
     return f"{x / 1e9:g} GFLOP" if x >= 1e8 else f"{x / 1e6:g} MFLOP"
 
 
+def _ratio_table(rows: Sequence[tuple[str, Sequence[float]]], title: str, column: str, what: str,
+                 spec_name: str | None) -> Table:
+    """Named predicted / measured ratios as a table of their count and 10th, 50th, 90th percentiles."""
+    import numpy as np
+
+    def cell(ratios: Sequence[float], q: float) -> str:
+        return f"{np.quantile(ratios, q):.2f}" if len(ratios) else "-"
+
+    cells = tuple((name, str(len(r)), cell(r, 0.1), cell(r, 0.5), cell(r, 0.9)) for name, r in rows)
+    source = f"predictions recomputed with spec {spec_name}" if spec_name else "predictions as recorded"
+    return Table(title=title, columns=(column, "n", "p10", "median", "p90"), rows=cells,
+                 numeric=(False, True, True, True, True),
+                 note=f"{what}, cold-L2 time; over 1: predicted slower than measured ({source}).")  # fmt: skip
+
+
 def _bias_table(bands: Sequence[WorkBand], label, title: str, column: str, what: str,
                 spec_name: str | None) -> Table:
     """The banded predicted / measured quantiles as a table; `label(x)` writes a band edge."""
     def band(b: WorkBand) -> str:
         return f">= {label(b.lo)}" if b.hi is None else f"< {label(b.hi)}" if not b.lo else f"{label(b.lo)} - {label(b.hi)}"
 
-    def cell(b: WorkBand, q: float) -> str:
-        v = b.quantile(q)
-        return "-" if v is None else f"{v:.2f}"
+    return _ratio_table([(band(b), b.ratios) for b in bands], title, column, what, spec_name)
 
-    rows = tuple((band(b), str(len(b.ratios)), cell(b, 0.1), cell(b, 0.5), cell(b, 0.9)) for b in bands)
-    source = f"predictions recomputed with spec {spec_name}" if spec_name else "predictions as recorded"
-    return Table(title=title, columns=(column, "n", "p10", "median", "p90"), rows=rows,
-                 numeric=(False, True, True, True, True),
-                 note=f"{what}, cold-L2 time; over 1: predicted slower than measured ({source}).")  # fmt: skip
+
+def kind_bias(runs: Sequence[Run]) -> list[tuple[str, tuple[float, ...]]]:
+    """(kernel kind, predicted / measured time of each one-launch record of that kind) for every kind
+    `runs` measured, in `KERNEL_KINDS` order: where a kind's time model runs fast or slow (a ratio over
+    1 is a launch predicted slower than it ran)."""
+    from fuseplanner.core.kinds import KERNEL_KINDS
+
+    pairs = _single_launches(runs, KERNEL_KINDS)
+    by_kind = [(k, tuple(q for r, q in pairs if (r.step_kinds or (r.kind,))[0] == k)) for k in KERNEL_KINDS]
+    return [(k, ratios) for k, ratios in by_kind if ratios]
+
+
+def kind_bias_table(rows: Sequence[tuple[str, Sequence[float]]], spec_name: str | None = None) -> Table:
+    return _ratio_table(rows, "One-launch records by kernel kind: predicted / measured time", "kind",
+                        "Records of one launch (layers, fused groups, layer and group tiles)", spec_name)
 
 
 def block_bias_table(bands: Sequence[WorkBand], spec_name: str | None = None) -> Table:

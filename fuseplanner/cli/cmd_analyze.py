@@ -52,6 +52,8 @@ def _options(parsers: dict) -> None:
                    "time by work (FLOP bands): whether the model runs slow or fast with size")
     a.add_argument("--by-block", action="store_true", help="also the layer-by-layer PW/linear launches' predicted / "
                    "measured time by outputs per thread (the register block a thread accumulates)")
+    a.add_argument("--by-kind", action="store_true", help="also the one-launch records' predicted / measured time "
+                   "per kernel kind (dw, pw, linear and the fused kinds): where a kind's bias sits")
     a.add_argument("--train", nargs="+", default=None, metavar="RESULTS",
                    help="the runs the spec was fitted on: also score RESULTS without the records whose (model, dtype, "
                    "batch, nodes, tile) a training record has, and each model's records alone")
@@ -130,6 +132,10 @@ def run_accuracy(args: argparse.Namespace) -> int:
         from fuseplanner.analysis.accuracy import block_bias, block_bias_table
 
         tables.append(block_bias_table(block_bias(runs), name))
+    if args.by_kind:
+        from fuseplanner.analysis.accuracy import kind_bias, kind_bias_table
+
+        tables.append(kind_bias_table(kind_bias(runs), name))
     return _show(tables, args)
 
 

@@ -125,7 +125,7 @@ def best_tile(
     lazy = km.BOUNDED
     hw = gpu.hw
     sms = hw.sm_count
-    timing = (kind, ops, dtype, precision, hw, mma_rate(dtype, precision, hw), warp_rates(kind, dtype, precision, hw))
+    timing = (kind, ops, dtype, precision, hw, mma_rate(dtype, precision, hw), warp_rates(kind, dtype, precision, hw, ops))
     if lazy and objective == "time":
         return _best_by_floor(feasible, batch, gpu, km, residual, timing)
     by_time, by_gma = objective == "time", objective == "gma"

@@ -236,7 +236,7 @@ def launch_time(kind: str, ops: tuple[Op, ...], tile: Tile, dtype: str, precisio
     if mma is None:
         mma = mma_rate(dtype, precision, hw)
     if rates is None:
-        rates = warp_rates(kind, dtype, precision, hw)
+        rates = warp_rates(kind, dtype, precision, hw, ops)
     return kernel_time(issued(kind, ops, tile, dtype, precision, w, ks, hw), dram, bps, tile.threads, hw, mma, rates,
                        depth, launch_sms(ks, hw))  # fmt: skip
 

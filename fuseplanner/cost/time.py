@@ -5,7 +5,8 @@ chain = iters * (latency / depth + chunk step) + memory + own compute
 
 - launch: `launch_overhead_s`, the cost of an empty timed region (measured by `fuseplanner calibrate`:
   3.7 us on the H100 with L2 flushed): the floor under any kernel; plus `kernel_fixed_s`
-  (layer-by-layer) or `fused_kernel_fixed_s` (fused kinds), what a launch of these kernels takes
+  (layer-by-layer, and PW->PW over NCHW maps) or `fused_kernel_fixed_s` (the fused kinds with a DW
+  stage, and PW->PW over channel-last tokens: `KernelModel.fused_fixed`), what a launch of these kernels takes
   beyond it whatever its work (first touches after the L2 flush, prologue, tail). Without it the
   H100 records showed time growing slower than the model's work: fused launches predicted under
   10 us ran 1.26x longer, those over 70 us 0.80x as long (H100 runs of an earlier kernel version).
@@ -88,13 +89,15 @@ def mma_rate(dtype: str, precision: str, hw: Hw) -> float:
     return hw.tf32_tc_flops if precision == "tf32" else hw.fp32_flops
 
 
-def warp_rates(kind: str, dtype: str, precision: str, hw: Hw) -> tuple[float, float, float, float, float, float, float]:
+def warp_rates(kind: str, dtype: str, precision: str, hw: Hw, ops: tuple = ()
+               ) -> tuple[float, float, float, float, float, float, float]:  # fmt: skip
     """(DW stencil FLOP/s, PW product FLOP/s) one warp of this kernel kind achieves (spec
     `*_warp_flops_per_cycle`), the exponent of the warps per block (`*block_warp_exponent`), the
     bytes/s one warp loads (`warp_load_bytes_per_cycle`), the SM issue cap in warps
     (`fused_sm_issue_warps` for the fused kinds, `sm_issue_warps` for layer-by-layer pw/linear, none for
     dw; 0 = none), the fixed
-    seconds of a launch of this kind (`kernel_fixed_s` / `fused_kernel_fixed_s`) and the seconds each
+    seconds of a launch of this kind over `ops` (`fused_kernel_fixed_s` where its model's `fused_fixed`
+    says so, else `kernel_fixed_s`) and the seconds each
     chunk iteration adds to a block's chain (`pw_chunk_cycles` for the kinds whose model is
     `CHUNK_STEPPED`, else 0)."""
     half = dtype == "fp16"
@@ -105,7 +108,7 @@ def warp_rates(kind: str, dtype: str, precision: str, hw: Hw) -> tuple[float, fl
     model = cost_model(kind)
     cap = 0.0 if not model.ISSUE_CAPPED else hw.sm_issue_warps if lbl else hw.fused_sm_issue_warps
     exponent = hw.block_warp_exponent if lbl else hw.fused_block_warp_exponent
-    fixed = hw.kernel_fixed_s if lbl else hw.fused_kernel_fixed_s
+    fixed = hw.fused_kernel_fixed_s if model.fused_fixed(ops) else hw.kernel_fixed_s
     chunk = hw.pw_chunk_s if model.CHUNK_STEPPED else 0.0
     return dw, pw[mode], exponent, hw.warp_load_bytes_per_s, cap, fixed, chunk
 

@@ -100,6 +100,15 @@ class KernelModel:
     #: (`cost.time.warp_rates`): the layer-by-layer pw/linear kernel's barrier and register-block
     #: staging per chunk of the reduction.
     CHUNK_STEPPED = False
+    #: Whether a launch takes the spec's `fused_kernel_fixed_s` beyond the empty-launch floor
+    #: (`cost.time.warp_rates`) rather than the layer-by-layer kernels' `kernel_fixed_s` (`fused_fixed`).
+    FUSED_FIXED = False
+
+    @classmethod
+    def fused_fixed(cls, ops: tuple) -> bool:
+        """Whether a launch over `ops` takes `fused_kernel_fixed_s`: `FUSED_FIXED` unless the kind's
+        model says otherwise per launch."""
+        return cls.FUSED_FIXED
 
     def __init__(self, gs: tuple[Geom, ...], e: int) -> None:
         self.gs, self.e = gs, e

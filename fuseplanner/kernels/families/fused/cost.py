@@ -75,6 +75,7 @@ class FusedModel(KernelModel):
 
     res_is_input = False
     BOUNDED = True
+    FUSED_FIXED = True
 
     def setup(self) -> None:
         self.first, self.last = self.gs[0], self.gs[-1]
@@ -257,6 +258,15 @@ class DwPwModel(FusedModel):
 
 
 class PwPwModel(FusedModel):
+    @classmethod
+    def fused_fixed(cls, ops: tuple) -> bool:
+        """Channel-last token pairs (linear -> linear) take `fused_kernel_fixed_s`; PW->PW over NCHW maps
+        the layer-by-layer kernels' `kernel_fixed_s`. With the fused value (2.9 us on the H100, fitted on
+        launches mostly over 20 us) squeeze-excitation pairs (1x1 maps, 2-24 blocks) were predicted
+        1.34x their cold time isolated on the H200, while MobileViT-XXS's MLP pairs need it as the fused
+        kinds with a DW stage do: 0.76x their time without it (docs/cost_model.md, Limits)."""
+        return bool(ops) and ops[0].kind == "linear"
+
     def spatial(self, th: int, tw: int) -> tuple:
         g1, g2 = self.gs
         e = self.e
