@@ -132,9 +132,14 @@ class WorkBand:
     ratios: tuple[float, ...]
 
     def quantile(self, q: float) -> float | None:
-        import numpy as np
+        return _quantile(self.ratios, q)
 
-        return float(np.quantile(self.ratios, q)) if self.ratios else None
+
+def _quantile(ratios: Sequence[float], q: float) -> float | None:
+    """The `q` quantile of `ratios` (None for none)."""
+    import numpy as np
+
+    return float(np.quantile(ratios, q)) if len(ratios) else None
 
 
 def _single_launches(runs: Sequence[Run], kinds: Sequence[str]) -> list[tuple[Record, float]]:
@@ -186,10 +191,9 @@ def _flops(x: float) -> str:
 def _ratio_table(rows: Sequence[tuple[str, Sequence[float]]], title: str, column: str, what: str,
                  spec_name: str | None) -> Table:
     """Named predicted / measured ratios as a table of their count and 10th, 50th, 90th percentiles."""
-    import numpy as np
-
     def cell(ratios: Sequence[float], q: float) -> str:
-        return f"{np.quantile(ratios, q):.2f}" if len(ratios) else "-"
+        v = _quantile(ratios, q)
+        return "-" if v is None else f"{v:.2f}"
 
     cells = tuple((name, str(len(r)), cell(r, 0.1), cell(r, 0.5), cell(r, 0.9)) for name, r in rows)
     source = f"predictions recomputed with spec {spec_name}" if spec_name else "predictions as recorded"
@@ -213,8 +217,7 @@ def kind_bias(runs: Sequence[Run]) -> list[tuple[str, tuple[float, ...]]]:
     1 is a launch predicted slower than it ran)."""
     from fuseplanner.core.kinds import KERNEL_KINDS
 
-    pairs = _single_launches(runs, KERNEL_KINDS)
-    by_kind = [(k, tuple(q for r, q in pairs if (r.step_kinds or (r.kind,))[0] == k)) for k in KERNEL_KINDS]
+    by_kind = [(k, tuple(q for _, q in _single_launches(runs, (k,)))) for k in KERNEL_KINDS]
     return [(k, ratios) for k, ratios in by_kind if ratios]
 
 
