@@ -1,5 +1,5 @@
-"""Fit the graph context's per-family launch terms (`graph_dw_kernel_s`, `graph_pw_kernel_s`,
-`graph_fused_kernel_s` of a spec's fit) to the step times measured in graph mode.
+"""Fit the graph context's per-class launch terms (`graph_dw_kernel_s`, `graph_pw_kernel_s`,
+`graph_linear_kernel_s`, `graph_fused_kernel_s` of a spec's fit) to the step times measured in graph mode.
 
     python scripts/fit_graph_kernels.py --gpu h100 \
         data/records/h100/whole/*/{mobilenet_v1,mobilenet_v2,mobilenet_v3_large,mnasnet1_0,efficientnet_b0,mobilevit_xxs}.json.gz
@@ -9,11 +9,11 @@
 Each whole.json (`fuseplanner validate --whole`) carries the plan it measured (its step times net of
 the replay's once cost where one replay timed them, `whole.net_of_replay`); that plan and the
 unfused plan are costed with the spec (`planning.recost`) and predicted step by step in the graph
-context with the three terms at zero. Every step of fuseplanner's own kernels timed in graph mode
+context with the terms at zero. Every step of fuseplanner's own kernels timed in graph mode
 (`WholeResult.steps` for the planned run, `unfused_steps` for the unfused one) is a sample: its
-prediction is that time plus the term of each of its launches' families (held at least at the launch
-interval). The terms minimise a robust loss (soft L1, scale 0.1) on log(predicted / measured), so the
-few steps the rest of the model misses by 2x do not pull the terms. The script then predicts again
+prediction is that time plus the term of each of its launches' classes (`core.kinds.LAUNCH_CLASSES`,
+held at least at the launch interval). The terms minimise a robust loss (soft L1, scale 0.1) on
+log(predicted / measured), so the few steps the rest of the model misses by 2x do not pull the terms. The script then predicts again
 with the fitted terms and reports the step error and the whole-replay error, and gives each term a
 bootstrap interval: `--resamples` refits on the runs drawn with replacement (a run's steps move
 together, as they share its plan and its GPU state), 5th to 95th percentile. Only pass the models the
@@ -28,27 +28,24 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from fuseplanner.core.kinds import KERNEL_KINDS
-from fuseplanner.cost.execution import family_field, launch_terms, predict
+from fuseplanner.core.kinds import KERNEL_KINDS, LAUNCH_CLASSES
+from fuseplanner.cost.execution import class_field, launch_terms, predict
 from fuseplanner.frontend.holdout import holdout_models
 from fuseplanner.frontend.load import load_model
 from fuseplanner.hw.spec import gpu
-from fuseplanner.kernels.family import FAMILIES as KERNEL_FAMILIES
-from fuseplanner.kernels.family import family
 from fuseplanner.planning.recost import recost
 from fuseplanner.planning.whole import predict_whole
 from fuseplanner.planning.whole import steps as whole_steps
 from fuseplanner.validation.microbench import apply_measured
 from fuseplanner.validation.whole import net_of_replay, read, unfused_plan
 
-FAMILIES = tuple(f.name for f in KERNEL_FAMILIES)
-FIELDS = tuple(family_field(f) for f in FAMILIES)
+FIELDS = tuple(class_field(c) for c in LAUNCH_CLASSES)
 
 
 @dataclass(frozen=True)
 class Sample:
     """One timed step of run number `run`: its graph prediction with the terms at zero, its launches
-    per family, the least graph time of its launches, and its measured seconds."""
+    per class, the least graph time of its launches, and its measured seconds."""
 
     run: int
     base_s: float
@@ -103,13 +100,13 @@ def samples(rows: list[Run], spec) -> list[Sample]:
                 m = measured.get(s.label)
                 if s.kind not in KERNEL_KINDS or not m or m <= 0:
                     continue
-                fams = [family(k.kind).name for k in s.cost.kernels if k.kind in KERNEL_KINDS]
-                out.append(Sample(i, p.time_s, tuple(fams.count(f) for f in FAMILIES), s.cost.launches * interval, m))
+                cls = [k.graph_class for k in s.cost.kernels if k.kind in KERNEL_KINDS]
+                out.append(Sample(i, p.time_s, tuple(cls.count(c) for c in LAUNCH_CLASSES), s.cost.launches * interval, m))
     return out
 
 
 def arrays(s: list[Sample]) -> tuple[np.ndarray, ...]:
-    """(zero-term seconds, launches per family, least seconds, measured seconds) of samples `s`."""
+    """(zero-term seconds, launches per class, least seconds, measured seconds) of samples `s`."""
     return (np.array([v.base_s for v in s]), np.array([v.launches for v in s], dtype=float),
             np.array([v.least_s for v in s]), np.array([v.measured_s for v in s]))  # fmt: skip
 

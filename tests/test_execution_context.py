@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from opfactory import dw, linear, pw
 
 import fuseplanner
 from fuseplanner.core.errors import PlanError
 from fuseplanner.core.ir import Cost, KernelResources
-from fuseplanner.core.kinds import KERNEL_KINDS
+from fuseplanner.core.kinds import LAUNCH_CLASSES
+from fuseplanner.cost import estimate
 from fuseplanner.cost.execution import (
     Access,
     LaunchTerms,
@@ -19,7 +21,7 @@ from fuseplanner.cost.execution import (
     resident_reads,
 )
 from fuseplanner.hw.spec import gpu
-from fuseplanner.kernels.family import family
+from fuseplanner.kernels import tiles
 from fuseplanner.planning.whole import predict_whole, steps
 
 TERMS = LaunchTerms(floor_s=4e-6, tail_s=1.5e-6, interval_s=1e-6, opaque_floor_s=2e-6)
@@ -44,33 +46,53 @@ def test_context_time_replaces_the_floor_by_the_tail():
     assert context_time(Cost(), TERMS, "graph") == 0.0  # a view launches nothing
 
 
-def _res(kind: str) -> KernelResources:
-    return KernelResources(kind, 0, 256, 32, 132, 1, 1.0, 0.125)
+def _res(kind: str, launch_class: str = "") -> KernelResources:
+    return KernelResources(kind, 0, 256, 32, 132, 1, 1.0, 0.125, launch_class)
 
 
-def test_family_terms_by_hand():
-    kernel_s = {"dw": -0.1e-6, "pw": 0.3e-6, "fused": -0.2e-6}
-    terms = LaunchTerms(floor_s=4e-6, tail_s=1.5e-6, interval_s=1e-6, opaque_floor_s=2e-6, family_kernel_s=kernel_s)
+def test_class_terms_by_hand():
+    kernel_s = {"dw": -0.1e-6, "pw": 0.3e-6, "linear": -0.4e-6, "fused": -0.2e-6}
+    terms = LaunchTerms(floor_s=4e-6, tail_s=1.5e-6, interval_s=1e-6, opaque_floor_s=2e-6, class_kernel_s=kernel_s)
     # a dw and a pw launch (20 us isolated): 20 - 2 x (4 - 1.5) - 0.1 + 0.3 = 15.2 us
-    pair = Cost(time_s=20e-6, launches=2, kernels=(_res("dw"), _res("pw")))
+    pair = Cost(time_s=20e-6, launches=2, kernels=(_res("dw", "dw"), _res("pw", "pw")))
     assert context_time(pair, terms, "graph") == pytest.approx(15.2e-6)
-    # a linear launch is of the PW family (8 us isolated): 8 - 2.5 + 0.3 = 5.8 us
-    linear = Cost(time_s=8e-6, launches=1, kernels=(_res("linear"),))
-    assert context_time(linear, terms, "graph") == pytest.approx(5.8e-6)
+    # a linear launch has its own class (8 us isolated): 8 - 2.5 - 0.4 = 5.1 us
+    linear = Cost(time_s=8e-6, launches=1, kernels=(_res("linear", "linear"),))
+    assert context_time(linear, terms, "graph") == pytest.approx(5.1e-6)
     # their fused kernel (16 us isolated): 16 - 2.5 - 0.2 = 13.3 us; the isolated context ignores both terms
-    fused = Cost(time_s=16e-6, launches=1, kernels=(_res("dw_pw"),))
+    fused = Cost(time_s=16e-6, launches=1, kernels=(_res("dw_pw", "fused"),))
     assert context_time(fused, terms, "graph") == pytest.approx(13.3e-6)
     assert context_time(fused, terms, "isolated") == 16e-6
-    # a cost with no kernel resources (a library op's) gets no family term: 10 - 2.5 = 7.5 us
+    # a PW->PW launch over NCHW maps is of class pw: 6 - 2.5 + 0.3 = 3.8 us
+    se = Cost(time_s=6e-6, launches=1, kernels=(_res("pw_pw", "pw"),))
+    assert context_time(se, terms, "graph") == pytest.approx(3.8e-6)
+    # a cost saved without classes reads its kind's: a pw_pw launch is then fused: 6 - 2.5 - 0.2 = 3.3 us
+    assert context_time(Cost(time_s=6e-6, launches=1, kernels=(_res("pw_pw"),)), terms, "graph") == pytest.approx(3.3e-6)
+    # a cost with no kernel resources (a library op's) gets no class term: 10 - 2.5 = 7.5 us
     assert context_time(Cost(time_s=10e-6, launches=1), terms, "graph") == pytest.approx(7.5e-6)
 
 
-def test_family_terms_come_from_the_spec():
+def test_class_terms_come_from_the_spec():
     spec = gpu("h100")
     t = launch_terms(spec)
-    assert t.family_kernel_s == {"dw": spec.hw.graph_dw_kernel_s, "pw": spec.hw.graph_pw_kernel_s,
-                                 "fused": spec.hw.graph_fused_kernel_s}  # fmt: skip
-    assert set(t.family_kernel_s) == {family(k).name for k in KERNEL_KINDS}  # every family has its term
+    assert t.class_kernel_s == {"dw": spec.hw.graph_dw_kernel_s, "pw": spec.hw.graph_pw_kernel_s,
+                                "linear": spec.hw.graph_linear_kernel_s, "fused": spec.hw.graph_fused_kernel_s}  # fmt: skip
+    assert set(t.class_kernel_s) == set(LAUNCH_CLASSES)  # every class has its term
+
+
+def test_launch_classes_of_estimates():
+    """An estimate labels each launch with its class: the fused kinds with a DW stage and PW->PW over
+    channel-last tokens fused, PW->PW over NCHW maps pw (both take the fixed time of that class when
+    isolated, `cost.time.warp_rates`), the layer kinds their own."""
+    se = (pw(96, 4, 1, 1), pw(4, 96, 1, 1))
+    mlp = (linear(256, 64, 128), linear(256, 128, 64))
+    cases = [("pw_pw", se, "pw"), ("pw_pw", mlp, "fused"), ("pw_dw", (pw(32, 96, 28, 28), dw(96, 28, 28)), "fused"),
+             ("dw", (dw(96, 28, 28),), "dw"), ("pw", (pw(32, 96, 28, 28),), "pw"), ("linear", (mlp[0],), "linear")]
+    for kind, ops, want in cases:
+        tile = tiles.candidates(kind, ops, "fp32", gpu("h100"))[0]
+        for model in ("ours", "paper"):
+            c = estimate(kind, ops, tile, "fp32", 1, "h100", model=model)
+            assert [k.launch_class for k in c.kernels] == [want], (kind, model)
 
 
 def test_residency_rule_by_hand():

@@ -71,7 +71,7 @@ def test_issued_work_reaches_the_launch_time():
     assert got.mma_issue > w.mma_flops  # padding and idle warps cost more than the useful FLOPs
     # own compute at the issued work: the block's chain is longer than at its useful FLOPs
     hw = h100.hw
-    rates = time.warp_rates("dw_pw", "fp16", "fp32", hw)
+    rates = time.warp_rates("dw_pw", "fp16", "fp32", hw, ())
     args = (0.0, 1, TILE.threads, hw, time.mma_rate("fp16", "fp32", hw), rates)
     assert time.kernel_time(got, *args) > time.kernel_time(w, *args)
 
@@ -99,14 +99,14 @@ def test_fused_kinds_run_the_stencil_at_their_own_rate():
     fused_rate = spec.fit.fused_dw_warp_flops_per_cycle * spec.clock_hz
     for kind in ("pw_dw", "dw_pw", "pw_dw_pw"):
         for dtype in ("fp32", "fp16"):
-            assert time.warp_rates(kind, dtype, "fp32", hw)[0] == fused_rate
-    assert time.warp_rates("dw", "fp16", "fp32", hw)[0] == spec.fit.dw_warp_flops_per_cycle_fp16 * spec.clock_hz
-    assert time.warp_rates("dw", "fp32", "fp32", hw)[0] != fused_rate
+            assert time.warp_rates(kind, dtype, "fp32", hw, ())[0] == fused_rate
+    assert time.warp_rates("dw", "fp16", "fp32", hw, ())[0] == spec.fit.dw_warp_flops_per_cycle_fp16 * spec.clock_hz
+    assert time.warp_rates("dw", "fp32", "fp32", hw, ())[0] != fused_rate
     # a faster fused stencil shortens a DW-heavy fused launch: same work, rate doubled -> less time
     km = model.context("dw_pw", (DW, PW), "fp16")
     w = model.issued("dw_pw", (DW, PW), TILE, "fp16", "fp32", km.work(TILE, 1, False), 1, hw)
     args = (0.0, 1, TILE.threads, hw, time.mma_rate("fp16", "fp32", hw))
-    rates = time.warp_rates("dw_pw", "fp16", "fp32", hw)
+    rates = time.warp_rates("dw_pw", "fp16", "fp32", hw, ())
     assert time.kernel_time(w, *args, (2 * rates[0], *rates[1:])) < time.kernel_time(w, *args, rates)
 
 

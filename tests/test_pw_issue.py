@@ -63,19 +63,19 @@ def test_both_fields_are_off_by_default_and_reach_pw_estimates_when_set():
 
 def test_sm_issue_cap_applies_to_pw_and_linear_not_dw():
     hw = apply_measured(gpu("h100"), {"sm_issue_warps": 6.0}).hw
-    assert time.warp_rates("pw", "fp32", "fp32", hw)[4] == 6.0
-    assert time.warp_rates("linear", "fp16", "fp32", hw)[4] == 6.0
-    assert time.warp_rates("dw", "fp32", "fp32", hw)[4] == 0.0
-    assert time.warp_rates("pw_dw", "fp32", "fp32", hw)[4] == hw.fused_sm_issue_warps  # the fused kinds keep their own
+    assert time.warp_rates("pw", "fp32", "fp32", hw, ())[4] == 6.0
+    assert time.warp_rates("linear", "fp16", "fp32", hw, ())[4] == 6.0
+    assert time.warp_rates("dw", "fp32", "fp32", hw, ())[4] == 0.0
+    assert time.warp_rates("pw_dw", "fp32", "fp32", hw, ())[4] == hw.fused_sm_issue_warps  # the fused kinds keep their own
 
 
 def test_chunk_step_reaches_pw_and_linear_only():
     # 400 cycles at the H100's clock per chunk iteration of a layer-by-layer pw/linear block
     hw = apply_measured(gpu("h100"), {"pw_chunk_cycles": 400.0}).hw
-    assert time.warp_rates("pw", "fp32", "fp32", hw)[6] == pytest.approx(400.0 / hw.clock_hz)
-    assert time.warp_rates("linear", "fp16", "fp32", hw)[6] == pytest.approx(400.0 / hw.clock_hz)
-    assert time.warp_rates("dw", "fp32", "fp32", hw)[6] == 0.0
-    assert time.warp_rates("pw_dw", "fp32", "fp32", hw)[6] == 0.0
+    assert time.warp_rates("pw", "fp32", "fp32", hw, ())[6] == pytest.approx(400.0 / hw.clock_hz)
+    assert time.warp_rates("linear", "fp16", "fp32", hw, ())[6] == pytest.approx(400.0 / hw.clock_hz)
+    assert time.warp_rates("dw", "fp32", "fp32", hw, ())[6] == 0.0
+    assert time.warp_rates("pw_dw", "fp32", "fp32", hw, ())[6] == 0.0
     # PW's 32 input channels in chunks of 8: 4 iterations per block; 1 x 4 tiles of the 7 x 7 map are
     #   7 x 2 = 14 blocks, one per SM in one wave (no co-residency): 4 x 400 cycles more
     t = Tile(1, 4, 16, 8, 64)

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 from opfactory import dw, linear, pw
 
+from fuseplanner.core.errors import PlanError
 from fuseplanner.core.ir import Tile
 from fuseplanner.cost import estimate
 from fuseplanner.cost import model as cost_model
@@ -231,8 +232,8 @@ def test_chunk_step_adds_to_each_iteration_of_the_chain():
 def test_sm_issue_cap_is_for_fused_kinds_only():
     hw = H100.hw
     assert hw.fused_sm_issue_warps > 0
-    assert warp_rates("pw", "fp32", "fp32", hw)[4] == 0.0 and warp_rates("dw", "fp16", "fp32", hw)[4] == 0.0
-    assert warp_rates("pw_dw_pw", "fp32", "fp32", hw)[4] == hw.fused_sm_issue_warps
+    assert warp_rates("pw", "fp32", "fp32", hw, ())[4] == 0.0 and warp_rates("dw", "fp16", "fp32", hw, ())[4] == 0.0
+    assert warp_rates("pw_dw_pw", "fp32", "fp32", hw, ())[4] == hw.fused_sm_issue_warps
 
 
 def test_fixed_launch_time_adds_once_per_launch_by_kind():
@@ -247,12 +248,14 @@ def test_fixed_launch_time_adds_once_per_launch_by_kind():
     assert kernel_time(w, 1e6, 1, 256, hw, 1e14, (*rates[:5], 2e-6, 0.0), 2) == pytest.approx(three + 2e-6, rel=1e-12)
     # the spec's field by kind: layer-by-layer kernels and PW->PW over NCHW maps kernel_fixed_s; the fused
     # kinds with a DW stage and PW->PW over channel-last tokens (linear -> linear) fused_kernel_fixed_s
-    assert warp_rates("dw", "fp32", "fp32", hw)[5] == 0.5e-6 and warp_rates("pw", "fp16", "fp32", hw)[5] == 0.5e-6
+    assert warp_rates("dw", "fp32", "fp32", hw, ())[5] == 0.5e-6 and warp_rates("pw", "fp16", "fp32", hw, ())[5] == 0.5e-6
     se = (pw(96, 4, 1, 1), pw(4, 96, 1, 1))
     mlp = (linear(256, 64, 128), linear(256, 128, 64))
     assert warp_rates("pw_pw", "fp16", "fp32", hw, se)[5] == 0.5e-6 == warp_rates("pw_pw", "fp32", "tf32", hw, se)[5]
     assert warp_rates("pw_pw", "fp16", "fp32", hw, mlp)[5] == 3e-6 == warp_rates("pw_pw", "fp32", "fp32", hw, mlp)[5]
-    assert all(warp_rates(k, "fp32", "fp32", hw)[5] == 3e-6 for k in ("dw_pw", "pw_dw", "pw_dw_pw"))
+    assert all(warp_rates(k, "fp32", "fp32", hw, ())[5] == 3e-6 for k in ("dw_pw", "pw_dw", "pw_dw_pw"))
+    with pytest.raises(PlanError, match="depends on its ops"):  # PW->PW cannot tell NCHW from tokens without them
+        warp_rates("pw_pw", "fp32", "fp32", hw, ())
     # ... and a whole estimate charges them: the SE pair's predicted time moves by kernel_fixed_s, the
     # MLP pair's by fused_kernel_fixed_s, when that field alone changes
     def est(ops, **fit):

@@ -219,9 +219,10 @@ def test_calibrate_writes_facts_and_keeps_the_fit_layout(tmp_path, stem):
 
 def test_a_fit_with_the_single_layer_by_layer_graph_term_still_loads(tmp_path):
     # fits written before the graph terms were split by kernel family carry graph_lbl_kernel_s: one
-    # term for every layer-by-layer kernel, read as both the DW and the PW family's
+    # term for every layer-by-layer kernel, read as the DW, the PW (and so the linear) class's
     text = (ROOT / "gpu_specs" / "h100.toml").read_text()
-    lines = [ln for ln in text.splitlines() if not ln.startswith(("graph_dw_kernel_s", "graph_pw_kernel_s"))]
+    lines = [ln for ln in text.splitlines()
+             if not ln.startswith(("graph_dw_kernel_s", "graph_pw_kernel_s", "graph_linear_kernel_s"))]
     text = re.sub(r"^graph_fused_kernel_s = [-+0-9.e]+$", "graph_fused_kernel_s = -2.6e-07\ngraph_lbl_kernel_s = 4.1e-07",
                   "\n".join(lines), count=1, flags=re.MULTILINE)  # fmt: skip
     assert "graph_lbl_kernel_s = 4.1e-07" in text
@@ -229,9 +230,23 @@ def test_a_fit_with_the_single_layer_by_layer_graph_term_still_loads(tmp_path):
     path = tmp_path / "old.toml"
     path.write_text(text)
     spec = gpu(str(path))
-    assert (spec.hw.graph_dw_kernel_s, spec.hw.graph_pw_kernel_s, spec.hw.graph_fused_kernel_s) == (4.1e-07, 4.1e-07, -2.6e-07)
+    hw = spec.hw
+    assert (hw.graph_dw_kernel_s, hw.graph_pw_kernel_s, hw.graph_linear_kernel_s, hw.graph_fused_kernel_s) == (
+        4.1e-07, 4.1e-07, 4.1e-07, -2.6e-07)  # fmt: skip
     assert spec.fit.sources["graph_dw_kernel_s"] == spec.fit.sources["graph_pw_kernel_s"] == "an earlier note"
+    assert spec.fit.sources["graph_linear_kernel_s"] == "an earlier note"
     assert "graph_lbl_kernel_s" not in spec.fit.sources
+
+
+def test_a_fit_from_before_the_linear_class_reads_its_pw_term(tmp_path):
+    # fits written before linear launches had a class of their own charged them graph_pw_kernel_s
+    text = (ROOT / "gpu_specs" / "h100.toml").read_text()
+    path = tmp_path / "old.toml"
+    path.write_text("\n".join(ln for ln in text.splitlines() if not ln.startswith("graph_linear_kernel_s")))
+    spec, now = gpu(str(path)), gpu("h100")
+    assert spec.hw.graph_linear_kernel_s == now.hw.graph_pw_kernel_s != now.hw.graph_linear_kernel_s
+    assert spec.fit.sources["graph_linear_kernel_s"] == now.fit.sources["graph_pw_kernel_s"]
+    assert spec.hw.graph_pw_kernel_s == now.hw.graph_pw_kernel_s  # the others as written
 
 
 def _refitting(text: str, table: str = "[refit]\ngraph_pw_kernel_s = 3e-07\n") -> str:

@@ -52,7 +52,7 @@ def test_a_group_no_saved_run_fused_is_unmeasured(redecided):
     saved, again, _ = redecided
     stepped = {s.label for run in saved.decisions.runs for s in run.steps if s.kind not in ("library", "view")}
     absent = {c.label for c in again.decisions.candidates} - stepped
-    assert absent  # the graph context decides differently with the per-family launch terms
+    assert absent  # the graph context decides differently with the per-class launch terms
     decisions = score(again)
     assert {d.group for d in decisions if d.measured is None} == absent
     assert all(d.right is None for d in decisions if d.group in absent)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 import networkx as nx
 
 # the kind and dtype tables live in core.kinds; re-exported here, where the public `fuseplanner.ir` had them
-from fuseplanner.core.kinds import DTYPE_BYTES, GROUP_KINDS  # noqa: F401
+from fuseplanner.core.kinds import DTYPE_BYTES, GROUP_KINDS, LAYER_KINDS  # noqa: F401
 from fuseplanner.core.kinds import OP_KINDS as KINDS  # noqa: F401
 
 #: ONNX element type names (as stored on records) -> short dtype names.
@@ -107,6 +107,11 @@ class Op:
     @property
     def is_conv(self) -> bool:
         return self.kind in ("dw", "pw", "conv")
+
+    @property
+    def channel_last(self) -> bool:
+        """Whether the op runs over channel-last tokens (..., C) rather than an NCHW map: `linear`."""
+        return self.kind == "linear"
 
     @property
     def batch(self) -> int:
@@ -286,6 +291,16 @@ class KernelResources:
     blocks_per_sm: int
     waves: float
     occupancy: float
+    #: its class for the graph context's per-launch terms (`core.kinds.LAUNCH_CLASSES`,
+    #: `KernelModel.launch_class`); "" in a cost saved before classes existed (`graph_class`)
+    launch_class: str = ""
+
+    @property
+    def graph_class(self) -> str:
+        """`launch_class`, or for a cost saved without one the class its kind has over NCHW maps."""
+        if self.launch_class:
+            return self.launch_class
+        return self.kind if self.kind in LAYER_KINDS else "fused"
 
     def as_dict(self) -> dict[str, float | int | str]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

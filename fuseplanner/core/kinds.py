@@ -48,6 +48,12 @@ COST_MODELS = ("ours", "paper")
 #: flush, or back to back in a CUDA graph.
 CONTEXTS = ("isolated", "graph")
 
+#: Launch classes of the graph context's per-launch terms (fuseplanner.cost.execution, spec
+#: `graph_<class>_kernel_s`): a launch that takes `fused_kernel_fixed_s` when isolated is `fused` (the
+#: fused kinds with a DW stage, PW->PW over channel-last tokens); any other is its first op's kind: `dw`,
+#: `pw` (NCHW maps, PW->PW pairs over them included) or `linear` (channel-last tokens).
+LAUNCH_CLASSES = ("dw", "pw", "linear", "fused")
+
 #: Operator types the executor runs as a reduction kernel (a CuPy reduction over an axis); in a graph
 #: they take at least the spec's `reduce_op_floor_s` (fuseplanner.cost.execution).
 REDUCE_OP_TYPES = frozenset({"GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "ReduceSum", "ReduceMax",

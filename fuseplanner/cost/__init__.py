@@ -308,6 +308,7 @@ def _estimate_paper(
     res = KernelResources(
         kind=kind, smem_bytes=smem, threads=tile.threads, regs_per_thread=regs, blocks=blocks,
         blocks_per_sm=bps, waves=blocks / conc, occupancy=bps * tile.threads / hw.max_threads_per_sm,
+        launch_class=km.launch_class(ops),
     )  # fmt: skip
     flops = 2.0 * batch * sum(g.macs for g in gs)
     return Cost(

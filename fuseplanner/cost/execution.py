@@ -6,12 +6,14 @@
 - `graph`: the model's kernels replayed back to back in a CUDA graph (what `fuseplanner run`
   measures). A kernel takes
 
-      max(graph_launch_interval_s, body + graph_kernel_tail_s + family),  body = isolated time - launch_overhead_s
+      max(graph_launch_interval_s, body + graph_kernel_tail_s + class),  body = isolated time - launch_overhead_s
 
-  (family: what a launch of that kernel family, `kernels.family` (dw, pw for PW and linear, fused),
-  takes among back-to-back graph kernels beyond the graph terms, spec `graph_dw_kernel_s`,
-  `graph_pw_kernel_s`, `graph_fused_kernel_s`: their graph counterpart of `kernel_fixed_s` /
-  `fused_kernel_fixed_s`, fitted on the graph-mode step times of the bundled models)
+  (class: what a launch of that class (`core.kinds.LAUNCH_CLASSES`: `fused` for a launch that takes
+  `fused_kernel_fixed_s` isolated, else its first op's kind, dw, pw or linear;
+  `KernelModel.launch_class`) takes among back-to-back graph kernels beyond the graph terms, spec
+  `graph_dw_kernel_s`, `graph_pw_kernel_s`, `graph_linear_kernel_s`, `graph_fused_kernel_s`: their
+  graph counterpart of `kernel_fixed_s` / `fused_kernel_fixed_s`, fitted on the graph-mode step times
+  of the bundled models)
 
   (an opaque operator at least `opaque_op_floor_s`, a reduction (`core.kinds.REDUCE_OP_TYPES`) at least
   `reduce_op_floor_s`; a step that lists the kernels the executor's operator library launches for it,
@@ -48,10 +50,9 @@ from dataclasses import dataclass, field
 
 from fuseplanner.core.errors import PlanError
 from fuseplanner.core.ir import Cost
-from fuseplanner.core.kinds import CONTEXTS, KERNEL_KINDS, REDUCE_OP_TYPES
+from fuseplanner.core.kinds import CONTEXTS, KERNEL_KINDS, LAUNCH_CLASSES, REDUCE_OP_TYPES
 from fuseplanner.cost.library import Launch, graph_seconds
 from fuseplanner.hw.spec import GpuSpec
-from fuseplanner.kernels.family import FAMILIES, family
 
 
 @dataclass(frozen=True)
@@ -65,13 +66,13 @@ class LaunchTerms:
     interval_s: float
     opaque_floor_s: float
     reduce_floor_s: float = 0.0
-    family_kernel_s: Mapping[str, float] = field(default_factory=dict)
+    class_kernel_s: Mapping[str, float] = field(default_factory=dict)
 
-    def family_s(self, cost: Cost) -> float:
-        """What `cost`'s launches add in a graph by kernel family: `family_kernel_s[name]` per launch of
-        a kernel of family `name` (`kernels.family`; spec `graph_<name>_kernel_s`), 0 for a family
-        it does not name."""
-        return sum(self.family_kernel_s.get(family(k.kind).name, 0.0) for k in cost.kernels if k.kind in KERNEL_KINDS)
+    def class_s(self, cost: Cost) -> float:
+        """What `cost`'s launches add in a graph by launch class: `class_kernel_s[name]` per launch of
+        class `name` (`KernelResources.graph_class`; spec `graph_<name>_kernel_s`), 0 for a class it
+        does not name."""
+        return sum(self.class_kernel_s.get(k.graph_class, 0.0) for k in cost.kernels if k.kind in KERNEL_KINDS)
 
     def least_s(self, kind: str, op_type: str = "") -> float:
         """The least graph time of one launch of a step of `kind` and ONNX `op_type`."""
@@ -147,8 +148,8 @@ def check_context(context: str) -> str:
     return context
 
 
-def family_field(name: str) -> str:
-    """The spec field of the graph launch term of kernel family `name` (`kernels.family`)."""
+def class_field(name: str) -> str:
+    """The spec field of the graph launch term of launch class `name` (`core.kinds.LAUNCH_CLASSES`)."""
     return f"graph_{name}_kernel_s"
 
 
@@ -163,19 +164,19 @@ def launch_terms(spec: GpuSpec) -> LaunchTerms:
     opaque = float(opaque) if opaque is not None else interval
     return LaunchTerms(floor_s=floor, tail_s=float(tail) if tail is not None else floor, interval_s=interval,
                        opaque_floor_s=opaque, reduce_floor_s=float(reduce) if reduce is not None else opaque,
-                       family_kernel_s={f.name: getattr(spec.hw, family_field(f.name)) for f in FAMILIES})  # fmt: skip
+                       class_kernel_s={c: getattr(spec.hw, class_field(c)) for c in LAUNCH_CLASSES})  # fmt: skip
 
 
 def context_time(cost: Cost, terms: LaunchTerms, context: str, opaque: bool = False, op_type: str = "") -> float:
     """Seconds of `cost`'s launches in `context`, without the residency rule. A cost of several
     launches (a group and its orphaned Add, a plan total) is charged per launch on average: each
-    launch's isolated floor becomes the graph tail plus its family's whole-replay term
-    (`LaunchTerms.family_s`), and the whole takes at least one interval (or opaque floor) per launch."""
+    launch's isolated floor becomes the graph tail plus its class's term (`LaunchTerms.class_s`), and
+    the whole takes at least one interval (or opaque floor) per launch."""
     n = cost.launches
     if context == "isolated" or n == 0:
         return cost.time_s
     floor = terms.least_s("opaque" if opaque else "", op_type)
-    return max(n * floor, cost.time_s - n * (terms.floor_s - terms.tail_s) + terms.family_s(cost))
+    return max(n * floor, cost.time_s - n * (terms.floor_s - terms.tail_s) + terms.class_s(cost))
 
 
 def resident_reads(steps: Sequence[Step], capacity: float) -> tuple[float, ...]:

@@ -274,6 +274,7 @@ def estimate_ours(
     res = KernelResources(
         kind=kind, smem_bytes=smem, threads=tile.threads, regs_per_thread=regs, blocks=w.blocks,
         blocks_per_sm=bps, waves=w.blocks / conc, occupancy=bps * tile.threads / hw.max_threads_per_sm,
+        launch_class=km.launch_class(ops),
     )  # fmt: skip
     return Cost(
         gma_read_bytes=gma_r,

@@ -89,7 +89,7 @@ def mma_rate(dtype: str, precision: str, hw: Hw) -> float:
     return hw.tf32_tc_flops if precision == "tf32" else hw.fp32_flops
 
 
-def warp_rates(kind: str, dtype: str, precision: str, hw: Hw, ops: tuple = ()
+def warp_rates(kind: str, dtype: str, precision: str, hw: Hw, ops: tuple
                ) -> tuple[float, float, float, float, float, float, float]:  # fmt: skip
     """(DW stencil FLOP/s, PW product FLOP/s) one warp of this kernel kind achieves (spec
     `*_warp_flops_per_cycle`), the exponent of the warps per block (`*block_warp_exponent`), the

@@ -110,6 +110,12 @@ class KernelModel:
         model says otherwise per launch."""
         return cls.FUSED_FIXED
 
+    @classmethod
+    def launch_class(cls, ops: tuple) -> str:
+        """The launch's class for the graph context's per-launch terms (`core.kinds.LAUNCH_CLASSES`):
+        `fused` when it takes `fused_kernel_fixed_s` (`fused_fixed`), else its first op's kind."""
+        return "fused" if cls.fused_fixed(ops) else ops[0].kind
+
     def __init__(self, gs: tuple[Geom, ...], e: int) -> None:
         self.gs, self.e = gs, e
         self._sp: dict[tuple[int, int], Any] = {}

@@ -29,6 +29,9 @@ GRAPH_THRESHOLD_FIELD = "graph_fuse_min_speedup"
 #: A field that fits written before the graph terms were split by kernel family carry: its value was one
 #: term for every layer-by-layer kernel, so it is read as both the DW and the PW family's.
 RENAMED = {"graph_lbl_kernel_s": ("graph_dw_kernel_s", "graph_pw_kernel_s")}
+#: A field a fit written before it existed lacks -> the field that covered its launches then: its value
+#: and source note are read as the missing field's.
+SPLIT_FROM = {"graph_linear_kernel_s": "graph_pw_kernel_s"}
 #: Provenance fields of a fit (everything else but `sources` is a parameter the cost model reads).
 META_FIELDS = ("source_gpu", "driver", "date", "records", "record_count", "borrowed", "sources", "ci")
 
@@ -42,8 +45,9 @@ class KernelFit(BaseModel):
     @classmethod
     def _renamed(cls, data: Any) -> Any:
         """A fit of an earlier version: each `RENAMED` field (and its source note) read as the fields
-        that replace it, unless the fit gives them."""
-        if not isinstance(data, dict) or not any(k in data for k in RENAMED):
+        that replace it, unless the fit gives them; a `SPLIT_FROM` field it lacks read from the field that
+        covered it."""
+        if not isinstance(data, dict):
             return data
         data = dict(data)
         sources = dict(data.get("sources") or {})
@@ -54,6 +58,11 @@ class KernelFit(BaseModel):
                     data.setdefault(n, value)
                     if note is not None:
                         sources.setdefault(n, note)
+        for new, old in SPLIT_FROM.items():
+            if new not in data and old in data:
+                data[new] = data[old]
+                if old in sources:
+                    sources.setdefault(new, sources[old])
         if "sources" in data:
             data["sources"] = sources
         return data
@@ -143,13 +152,16 @@ class KernelFit(BaseModel):
         "graph context: clock cycles of one 32-column iteration of one pass of the executor's LayerNorm/Softmax "
         "row kernel (run.ops._rows; cost.library; schema default 0: term off)"))
     graph_dw_kernel_s: float = Field(default=0.0, ge=-5e-6, le=5e-6, description=(
-        "graph context: seconds a launch of a DW kernel takes among back-to-back CUDA-graph kernels beyond "
-        "its isolated time less the isolated floor plus the graph tail (the graph counterpart of its share "
-        "of kernel_fixed_s; cost.execution; schema default 0)"))
+        "graph context: seconds a launch of class dw (core.kinds.LAUNCH_CLASSES) takes among back-to-back "
+        "CUDA-graph kernels beyond its isolated time less the isolated floor plus the graph tail (the graph "
+        "counterpart of its share of kernel_fixed_s; cost.execution; schema default 0)"))
     graph_pw_kernel_s: float = Field(default=0.0, ge=-5e-6, le=5e-6, description=(
-        "graph context: the same for a PW or linear kernel (the PW family)"))
+        "graph context: the same for a launch of class pw (PW over NCHW maps, PW->PW pairs over them included)"))
+    graph_linear_kernel_s: float = Field(default=0.0, ge=-5e-6, le=5e-6, description=(
+        "graph context: the same for a launch of class linear (channel-last tokens); a fit without it takes "
+        "graph_pw_kernel_s, which covered linear launches before"))
     graph_fused_kernel_s: float = Field(default=0.0, ge=-5e-6, le=5e-6, description=(
-        "graph context: the same for a fused kernel (the graph counterpart of fused_kernel_fixed_s)"))
+        "graph context: the same for a launch of class fused (the graph counterpart of fused_kernel_fixed_s)"))
     library_direct_terms_per_cycle: float = Field(default=0.0, ge=0, description=(
         "graph context: products (input channel x tap, one load and one FMA each) per SM per clock cycle of the "
         "executor's direct conv kernel (run.ops._cuda.conv2d, one thread per output; cost.library; schema "

@@ -110,9 +110,10 @@ class Hw:
     library_gemm_slice_cycles: float = 0.0  # ... cycles of one K slice of a block of the executor's GEMM
     library_row_iter_cycles: float = 0.0  # ... cycles of one iteration of a row kernel pass
     library_direct_terms_per_cycle: float = 0.0  # ... products per SM per cycle of the direct conv kernel (0: off)
-    graph_dw_kernel_s: float = 0.0  # graph context: seconds a DW launch adds beyond the graph terms
-    graph_pw_kernel_s: float = 0.0  # ... a PW or linear launch
-    graph_fused_kernel_s: float = 0.0  # ... a fused launch (any may be negative)
+    graph_dw_kernel_s: float = 0.0  # graph context: seconds a launch of class dw adds beyond the graph terms
+    graph_pw_kernel_s: float = 0.0  # ... of class pw (core.kinds.LAUNCH_CLASSES)
+    graph_linear_kernel_s: float = 0.0  # ... of class linear
+    graph_fused_kernel_s: float = 0.0  # ... of class fused (any may be negative)
 
 
 class GpuSpec(BaseModel):
@@ -350,7 +351,7 @@ class GpuSpec(BaseModel):
             library_gemm_slice_cycles=f.library_gemm_slice_cycles, library_row_iter_cycles=f.library_row_iter_cycles,
             library_direct_terms_per_cycle=f.library_direct_terms_per_cycle,
             graph_dw_kernel_s=f.graph_dw_kernel_s, graph_pw_kernel_s=f.graph_pw_kernel_s,
-            graph_fused_kernel_s=f.graph_fused_kernel_s,
+            graph_linear_kernel_s=f.graph_linear_kernel_s, graph_fused_kernel_s=f.graph_fused_kernel_s,
         )  # fmt: skip
 
     def summary(self) -> dict[str, Any]:

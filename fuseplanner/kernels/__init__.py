@@ -70,7 +70,7 @@ def check_tile(kind: str, ops: Sequence[Op], tile: Tile, dtype: str = "fp32", gp
 
 def _with_batch(ops: Sequence[Op], kind: str, x) -> tuple[Op, ...]:
     """The ops with their batch set to the batch of `x` (so shapes and costs describe this run)."""
-    if ops[0].kind == "linear":  # the linear kind, and pw_pw over linear ops
+    if ops[0].channel_last:  # the linear kind, and pw_pw over linear ops
         from fuseplanner.kernels._common import linear_dims
 
         n = linear_dims(x.shape)[0] if len(x.shape) >= 3 else None

@@ -34,6 +34,7 @@ class KernelModel(BaseModel):
     blocks_per_sm: int
     waves: float
     occupancy: float
+    launch_class: str = ""
 
 
 class CostModel(BaseModel):

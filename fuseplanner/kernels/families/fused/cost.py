@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from fuseplanner.core.errors import PlanError
 from fuseplanner.core.ir import Tile, math_mode
 from fuseplanner.costbase.geometry import Geom
 from fuseplanner.costbase.requests import tile_write_sectors
@@ -265,7 +266,9 @@ class PwPwModel(FusedModel):
         launches mostly over 20 us) squeeze-excitation pairs (1x1 maps, 2-24 blocks) were predicted
         1.34x their cold time isolated on the H200, while MobileViT-XXS's MLP pairs need it as the fused
         kinds with a DW stage do: 0.76x their time without it (docs/cost_model.md, Limits)."""
-        return bool(ops) and ops[0].kind == "linear"
+        if not ops:
+            raise PlanError("pw_pw's fixed launch time depends on its ops (NCHW maps or channel-last tokens): none given")
+        return ops[0].channel_last
 
     def spatial(self, th: int, tw: int) -> tuple:
         g1, g2 = self.gs

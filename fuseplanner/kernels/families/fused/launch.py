@@ -143,7 +143,7 @@ def kernel_defines(kind: str, ops: Sequence[Op], tile: Tile, dtype: str, precisi
                   "TCP": packed_width(tc, dtype), "TFP": packed_width(tf, dtype),
                   "XA": int(aligned and _input_pairs_ok(kind, ops, tile, dtype))})
     if kind == "pw_pw":
-        d["CL"] = int(ops[0].kind == "linear")
+        d["CL"] = int(ops[0].channel_last)
     for prefix, g in tiles.block_gemms(kind, ops, tile, 2 if dtype == "fp16" else 4).items():
         d.update(gemm_defines(prefix, g.m, g.n, g.mp, g.np_, threads, prec, g.resident))
     if kind in ("pw_dw", "dw_pw"):
@@ -172,7 +172,7 @@ def _input_pairs_ok(kind: str, ops: Sequence[Op], tile: Tile, dtype: str) -> boo
     starts at an even column) and, for pw_pw, whose tile starts at column tile_x * TW, an even TW."""
     if dtype != "fp16":
         return True
-    if ops[0].kind == "linear":
+    if ops[0].channel_last:
         return False
     return ops[0].in_shape[3] % 2 == 0 and (kind == "pw_dw_pw" or tile.tw % 2 == 0)
 
@@ -272,8 +272,8 @@ def prepare_pw_pw(ops: Sequence[Op], tile: Tile, x, params, *, dtype: str = "fp3
     precision_code(dtype, precision)
     _expect(ops, ("pw", "pw"), "pw_pw")
     a, b = ops
-    cl = a.kind == "linear"
-    if cl != (b.kind == "linear"):
+    cl = a.channel_last
+    if cl != b.channel_last:
         raise PlanError("pw_pw needs two 1x1 convolutions or two linear ops, not a mix")
     for op in ops:
         _pw_checked(op)
