@@ -13,11 +13,11 @@ context with the terms at zero. Every step of fuseplanner's own kernels timed in
 (`WholeResult.steps` for the planned run, `unfused_steps` for the unfused one) is a sample: its
 prediction is that time plus the term of each of its launches' classes (`core.kinds.LAUNCH_CLASSES`,
 held at least at the launch interval). The terms minimise a robust loss (soft L1, scale 0.1) on
-log(predicted / measured), so the few steps the rest of the model misses by 2x do not pull the terms. The script then predicts again
-with the fitted terms and reports the step error and the whole-replay error, and gives each term a
-bootstrap interval: `--resamples` refits on the runs drawn with replacement (a run's steps move
-together, as they share its plan and its GPU state), 5th to 95th percentile. Only pass the models the
-fit may see (never the held-out list, `models/holdout.toml`).
+log(predicted / measured), so the few steps the rest of the model misses by 2x do not pull the terms.
+The script then predicts again with the fitted terms and reports the step error and the whole-replay
+error, and gives each term a bootstrap interval: `--resamples` refits on the runs drawn with
+replacement (a run's steps move together, as they share its plan and its GPU state), 5th to 95th
+percentile. Only pass the models the fit may see (never the held-out list, `models/holdout.toml`).
 """
 
 from __future__ import annotations

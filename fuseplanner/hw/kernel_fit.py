@@ -47,8 +47,8 @@ class KernelFit(BaseModel):
         """A fit of an earlier version: each `RENAMED` field (and its source note) read as the fields
         that replace it, unless the fit gives them; a `SPLIT_FROM` field it lacks read from the field that
         covered it."""
-        if not isinstance(data, dict):
-            return data
+        if not isinstance(data, dict) or (not RENAMED.keys() & data.keys() and SPLIT_FROM.keys() <= data.keys()):
+            return data  # a fit of this version: nothing to read as another field
         data = dict(data)
         sources = dict(data.get("sources") or {})
         for old, new in RENAMED.items():
