@@ -19,6 +19,7 @@ from fuseplanner.cost.execution import (
     launch_terms,
     predict,
     resident_reads,
+    sequence_time,
 )
 from fuseplanner.hw.spec import gpu
 from fuseplanner.kernels import tiles
@@ -44,6 +45,14 @@ def test_context_time_replaces_the_floor_by_the_tail():
     assert context_time(c3, TERMS, "graph") == pytest.approx(5.1e-6)
     assert context_time(c3, TERMS, "graph", opaque=True) == pytest.approx(6e-6)
     assert context_time(Cost(), TERMS, "graph") == 0.0  # a view launches nothing
+
+
+def test_sequence_time_overlaps_back_to_back_launches_only_isolated():
+    c3 = Cost(time_s=30e-6, launches=3)
+    # isolated: 30 - (3 - 1) x 2 = 26 us; graph: 30 - 3 x (4 - 1.5) = 22.5 us, the 2 us overlap not again
+    # (22.5 - 4 = 18.5 us would count back-to-back launches twice)
+    assert sequence_time(c3, TERMS, "isolated", 2e-6) == pytest.approx(26e-6)
+    assert sequence_time(c3, TERMS, "graph", 2e-6) == pytest.approx(22.5e-6) == context_time(c3, TERMS, "graph")
 
 
 def _res(kind: str, launch_class: str = "") -> KernelResources:
@@ -188,6 +197,26 @@ def test_plan_in_graph_context_decides_on_graph_times(v2):
     assert t_gr <= t_iso * 1.001
     with pytest.raises(PlanError):
         fuseplanner.plan(g, gpu("h100"), workers=1, context="warm")
+
+
+def test_graph_context_decisions_ignore_the_isolated_launch_overlap(v2):
+    # a spec `calibrate` writes fits launch_overlap_s (1-2.5 us on the H100 and H200): what each launch of
+    # a timed isolated sequence saves. The graph context's tail already models back-to-back launches, so
+    # its decisions must not see it (with it, MobileNetV2's graph plan fell from 17 groups to 3-4)
+    from fuseplanner.validation.microbench import apply_measured
+
+    g, _ = v2
+    base = gpu("h100")
+    overlapping = apply_measured(base, {"launch_overlap_s": 3e-6})
+    assert overlapping.eff("launch_overlap_s") == 3e-6 and base.eff("launch_overlap_s") == 0.0
+    gr = fuseplanner.plan(g, overlapping, workers=1, context="graph")
+    ref = fuseplanner.plan(g, base, workers=1, context="graph")
+    assert [x.nodes for x in gr.groups] == [x.nodes for x in ref.groups] and len(gr.groups) >= 10
+    # the plan's own costs stay isolated, its members back to back: each group's unfused cost is
+    # its members' less 3 us per launch after the first
+    for a, b in zip(gr.groups, ref.groups, strict=True):
+        assert a.unfused.launches == b.unfused.launches >= 2
+        assert a.unfused.time_s == pytest.approx(b.unfused.time_s - (b.unfused.launches - 1) * 3e-6)
 
 
 def test_cli_plan_prints_the_graph_context_by_default(capsys):

@@ -23,7 +23,9 @@
   without graph measurements predicts no launch saving: the tail defaults to `launch_overhead_s`,
   the interval to none, the opaque floor to the interval, the reduction floor to the opaque floor.
   A whole replay adds `graph_replay_s` once (what the replay costs beyond its kernels' spacings, as
-  CUDA events around it measure it; unset: 0).
+  CUDA events around it measure it; unset: 0). The isolated context's `launch_overlap_s` (what each
+  launch of a timed back-to-back sequence saves) does not apply: the tail already is a back-to-back
+  launch's floor (`sequence_time`).
 
 Residency rule (graph context, `resident_reads`). Walk the steps in executed order with a running
 count of the bytes each step moves through L2 to or from DRAM: its isolated DRAM reads (activations,
@@ -177,6 +179,16 @@ def context_time(cost: Cost, terms: LaunchTerms, context: str, opaque: bool = Fa
         return cost.time_s
     floor = terms.least_s("opaque" if opaque else "", op_type)
     return max(n * floor, cost.time_s - n * (terms.floor_s - terms.tail_s) + terms.class_s(cost))
+
+
+def sequence_time(cost: Cost, terms: LaunchTerms | None, context: str, overlap: float) -> float:
+    """Seconds of `cost`'s launches run back to back in `context` (`cost` sums them as if each ran
+    alone): isolated, each launch after the first saves `overlap` (the spec's `launch_overlap_s`, fitted
+    on timed isolated sequences); graph, `context_time` alone, whose graph tail already is a
+    back-to-back launch's floor, so the overlap would count twice (`terms` may be None in isolated)."""
+    if context == "isolated":
+        return cost.overlapped(overlap).time_s
+    return context_time(cost, terms, context)
 
 
 def resident_reads(steps: Sequence[Step], capacity: float) -> tuple[float, ...]:

@@ -33,7 +33,7 @@ from fuseplanner.core.errors import PlanError
 from fuseplanner.core.ir import INFEASIBLE, Cost, ModelGraph, Op, Tile
 from fuseplanner.core.kinds import COST_MODELS, DTYPE_BYTES, GROUP_KINDS, OBJECTIVES, PRECISIONS
 from fuseplanner.core.kinds import LAYER_KINDS as TILED_KINDS
-from fuseplanner.cost.execution import check_context, context_time, launch_terms
+from fuseplanner.cost.execution import check_context, launch_terms, sequence_time
 from fuseplanner.hw.kernel_fit import GRAPH_THRESHOLD_FIELD, THRESHOLD_FIELD
 from fuseplanner.kernels import tiles as tiles_mod
 from fuseplanner.kernels.family import cost_model, family
@@ -486,16 +486,27 @@ class Evaluated:
 
     cand: Candidate
     fused: Choice
-    unfused: Cost
+    #: the members run layer by layer, their launches summed as if each ran alone
+    members: Cost
     #: a residual Add the group does not absorb but its last member would alone: run separately if fused
     orphaned: Cost = field(default_factory=Cost)
     #: seconds each launch after the first of back-to-back launches saves (spec `launch_overlap_s`)
     overlap: float = 0.0
 
     @property
+    def launches(self) -> Cost:
+        """The fused kernel plus whatever fusing leaves to run separately, summed as if each ran alone."""
+        return self.fused.cost + self.orphaned
+
+    @property
+    def unfused(self) -> Cost:
+        """The members back to back, isolated (what the plan records as the group's unfused cost)."""
+        return self.members.overlapped(self.overlap)
+
+    @property
     def fused_total(self) -> Cost:
-        """The fused kernel plus whatever fusing leaves to run separately, back to back."""
-        return (self.fused.cost + self.orphaned).overlapped(self.overlap)
+        """The fused kernel plus whatever fusing leaves to run separately, back to back, isolated."""
+        return self.launches.overlapped(self.overlap)
 
 
 def plan(
@@ -531,7 +542,6 @@ def plan(
     allowed = _check_options(dtype, batch, objective, kinds, model, precision)
     check_context(context)
     spec = _resolve_gpu(gpu)
-    decide = _decider(spec, objective, context)
     b = model_batch(graph) if batch is None else batch
     ops = {op.name: op.with_batch(b) for op in graph.ops()}
     excluded = frozenset(exclude)
@@ -562,6 +572,7 @@ def plan(
     threshold = GRAPH_THRESHOLD_FIELD if context == "graph" else THRESHOLD_FIELD
     margin = float(spec.eff(threshold)) if model == "ours" else 1.0
     overlap = float(spec.eff("launch_overlap_s")) if model == "ours" else 0.0
+    decide = _decider(spec, objective, context, overlap)
     evaluated = [_evaluate(cand, ops, layer, search, _orphaned_add(cand, resid, library), overlap)
                  for cand in found.groups]
     with_add = {ev.cand.members for ev in evaluated if ev.cand.residual and ev.fused.feasible}
@@ -579,7 +590,7 @@ def plan(
 
     covers = [ev.cand.nodes for ev in helpful]
     credit = _fuse_credit(objective, margin)
-    savings = [decide(ev.unfused) - credit * decide(ev.fused_total) for ev in helpful]
+    savings = [decide(ev.members) - credit * decide(ev.launches) for ev in helpful]
     chosen = set(choose_exact(covers, savings))
     groups: list[GroupPlan] = []
     covered: dict[str, str] = {}
@@ -638,8 +649,8 @@ def _evaluate(cand: Candidate, ops: dict[str, Op], layer: dict[str, Choice], sea
               orphaned: Cost | None = None, overlap: float = 0.0) -> Evaluated:  # fmt: skip
     """The group's best fused kernel against its members run layer by layer, back to back (`overlap`)."""
     fused = search.best(*_group_job(cand, ops))
-    unfused = sum((layer[n].cost for n in cand.nodes), Cost()).overlapped(overlap)
-    return Evaluated(cand, fused, unfused, orphaned or Cost(), overlap)
+    members = sum((layer[n].cost for n in cand.nodes), Cost())
+    return Evaluated(cand, fused, members, orphaned or Cost(), overlap)
 
 
 def _orphaned_add(cand: Candidate, resid: dict[str, LayerResidual], library: dict[str, Choice]) -> Cost | None:
@@ -667,12 +678,13 @@ def _layer_plans(graph: ModelGraph, ops: dict[str, Op], layer: dict[str, Choice]
     return out
 
 
-def _decider(spec, objective: str, context: str) -> Callable[[Cost], float]:
-    """The number a plan decision compares: the objective's metric, in `context` for the time objective."""
-    if objective != "time" or context == "isolated":
+def _decider(spec, objective: str, context: str, overlap: float) -> Callable[[Cost], float]:
+    """The number a plan decision compares for launches run back to back (a `Cost` summed as if each
+    ran alone): the objective's metric, for the time objective in `context` (`sequence_time`)."""
+    if objective != "time":
         return lambda cost: cost.metric(objective)
-    terms = launch_terms(spec)
-    return lambda cost: context_time(cost, terms, context)
+    terms = launch_terms(spec) if context != "isolated" else None  # the isolated context reads no terms
+    return lambda cost: sequence_time(cost, terms, context, overlap)
 
 
 def _fuse_credit(objective: str, margin: float) -> float:
@@ -682,8 +694,7 @@ def _fuse_credit(objective: str, margin: float) -> float:
     return min(margin, 1.0) if objective == "time" else 1.0
 
 
-def _why_not_helpful(ev: Evaluated, objective: str, margin: float = 1.0,
-                     decide: Callable[[Cost], float] | None = None,
+def _why_not_helpful(ev: Evaluated, objective: str, margin: float, decide: Callable[[Cost], float],
                      threshold: str = THRESHOLD_FIELD) -> tuple[str, str]:  # fmt: skip
     """Why a feasible candidate is not worth fusing ("" if it is). For the time objective the predicted
     unfused/fused ratio must reach `margin`, the GPU's `threshold` field: `fuse_min_speedup` (fitted to
@@ -694,8 +705,7 @@ def _why_not_helpful(ev: Evaluated, objective: str, margin: float = 1.0,
         return ev.fused.reason or "no feasible tile", "tile"
     if not ev.unfused.feasible:
         return "a member has no feasible layer-by-layer kernel to compare with", "tile"
-    decide = decide or (lambda cost: cost.metric(objective))
-    f, u = decide(ev.fused_total), decide(ev.unfused)
+    f, u = decide(ev.launches), decide(ev.members)
     credit = _fuse_credit(objective, margin)
     if f >= u and not (credit < 1 and u >= credit * f):
         return f"fused {_fmt(f, objective)} is not below unfused {_fmt(u, objective)}", "gain"

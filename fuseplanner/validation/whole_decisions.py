@@ -2,11 +2,11 @@
 
 Candidates: every group of the model planned in the isolated context and in the graph context (the
 union). Each candidate carries, per context, whether that context's plan fuses it and its predicted
-saving there: the planner's time objective (`cost.execution.context_time` with the spec's launch
-terms; the isolated time in the isolated context) of the unfused kernels less that of the fused
-kernel, each side summed over the plan kernels that cover the same ONNX nodes (`closure`: a residual
-Add the group leaves to run alone counts on the fused side, as the planner charges it), back-to-back
-launches less `launch_overlap_s` as the planner sums them.
+saving there: the planner's time objective (`cost.execution.sequence_time` with the spec's launch
+terms: in the isolated context back-to-back launches less `launch_overlap_s`) of the unfused kernels
+less that of the fused kernel, each side summed over the plan kernels that cover the same ONNX nodes
+(`closure`: a residual Add the group leaves to run alone counts on the fused side, as the planner
+charges it).
 
 Measured saving of a candidate: the graph-mode times (`run.device.time_nodes(mode="graph")`) of the
 unfused model's steps less those of a planned run that has the group's kernel step, both over the
@@ -234,7 +234,7 @@ def predicted_saving(group, plan, unfused_plan, spec, context: str) -> float:
     objective: the unfused kernels covering its nodes less the plan's kernels covering them (module
     docstring)."""
     from fuseplanner.core.ir import Cost
-    from fuseplanner.cost.execution import context_time, launch_terms
+    from fuseplanner.cost.execution import launch_terms, sequence_time
 
     kernels, base = list(plan.kernels()), list(unfused_plan.kernels())
     mine, theirs = closure(group.covers, kernels, base)
@@ -242,7 +242,7 @@ def predicted_saving(group, plan, unfused_plan, spec, context: str) -> float:
     terms = launch_terms(spec)
 
     def seconds(costs) -> float:
-        return context_time(sum(costs, Cost()).overlapped(overlap), terms, context)
+        return sequence_time(sum(costs, Cost()), terms, context, overlap)
 
     return seconds(_kernel_cost(base[i]) for i in theirs) - seconds(_kernel_cost(kernels[i]) for i in mine)
 
