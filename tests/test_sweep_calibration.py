@@ -106,6 +106,24 @@ def test_calibrate_from_sweep_writes_an_own_fit_with_intervals(tmp_path, capsys)
     assert "micro-sweep" in spec.fit.sources["dw_warp_flops_per_cycle_fp32"]
 
 
+def test_a_fit_of_its_own_over_a_refitting_spec_loads(tmp_path, capsys):
+    # the bundled h200 spec borrows the H100 fit with a [refit] table (its graph-context terms); a fit of
+    # its own (`calibrate` on an H200, from a sweep or from results) holds those values in its [fit]
+    # and writes no [refit] table, which a spec with a fit of its own refuses
+    from fuseplanner.cli.main import main
+
+    base = specs.gpu("h200")
+    assert base.fit.borrowed and base.refit
+    out = tmp_path / "mine.toml"
+    assert main(["calibrate", "--from-sweep", str(PATH), "--gpu", "h200", "--out", str(out), "--resamples", "0"]) == 0
+    capsys.readouterr()
+    spec = specs.gpu(str(out))
+    assert not spec.fit.borrowed and spec.refit == {} and "\n[refit]\n" not in out.read_text()
+    assert all(getattr(spec.fit, k) == v for k, v in base.refit.items())
+    assert spec.fit.sources["graph_pw_kernel_s"] == base.sources["refit.graph_pw_kernel_s"]
+    assert not any(k.startswith("refit.") for k in spec.sources)
+
+
 def test_calibrate_from_sweep_bad_file_is_one_error_line(tmp_path, capsys):
     from fuseplanner.cli.main import main
 

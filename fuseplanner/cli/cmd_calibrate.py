@@ -111,7 +111,7 @@ def _library_ops(cp) -> list:
 def _from_results(args: argparse.Namespace) -> int:
     from fuseplanner.hw import spec as specs
     from fuseplanner.validation import fit
-    from fuseplanner.validation.microbench import spec_dict, to_toml
+    from fuseplanner.validation.microbench import to_toml, with_own_fit
     from fuseplanner.validation.report import load_results
 
     meta = load_results(args.from_results[0]).meta
@@ -121,15 +121,11 @@ def _from_results(args: argparse.Namespace) -> int:
     result = fit.fit_spec(base, samples, only=only)
     ident = _record_intervals(args, base, samples, only, result.values)
     out = Path(args.out or f"{base.name}_fitted.toml")
-    d = spec_dict(base)
-    for key in ("name", "fit_from"):
-        d.pop(key, None)
     kf = fit.kernel_fit(base, result, args.from_results, meta)
     if ident is not None:
         kf = kf.model_copy(update={"ci": {**kf.ci, **{s.name: (s.lo, s.hi) for s in ident.spreads}}})
-    d["fit"] = kf.model_dump(mode="json", exclude={"borrowed"})
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(to_toml(d, {}))
+    out.write_text(to_toml(with_own_fit(base, kf), {}))
     if args.json:
         extra = {"ci": kf.ci, "flagged": list(ident.flagged)} if ident is not None else {}
         sys.stdout.write(json.dumps({**result.as_dict(), **extra, "spec": str(out)}, indent=1, default=float) + "\n")
@@ -170,14 +166,10 @@ def _fit_report(result, kf, out: Path) -> None:
 
 
 def _write_fitted(out: Path, base, measured: dict, notes: dict, kf) -> None:
-    from fuseplanner.validation.microbench import spec_dict, to_toml
+    from fuseplanner.validation.microbench import to_toml, with_own_fit
 
-    d = spec_dict(base)
-    for key in ("name", "fit_from"):
-        d.pop(key, None)
-    d["fit"] = kf.model_dump(mode="json", exclude={"borrowed"})
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(to_toml(d, measured, notes))
+    out.write_text(to_toml(with_own_fit(base, kf), measured, notes))
 
 
 def _launchable(spec, samples: list, source: str) -> list:

@@ -458,8 +458,10 @@ def kernel_fit(spec: Any, fit: Fit, paths: Sequence[str | Path], meta: RunMeta) 
     driver = ", ".join(f"{k} {versions[k]}" for k in ("driver", "cuda_runtime", "cupy") if k in versions)
     base = spec.fit
     sources = dict(base.sources)
-    if base.borrowed:
-        sources.update({k: f"kept from the fit of {base.source_gpu} (not fitted on this GPU)" for k in PARAMS})
+    if base.borrowed:  # a value the spec's [refit] table gave was fitted on this GPU: its note stays
+        refit = getattr(spec, "refit", None) or {}
+        sources.update({k: f"kept from the fit of {base.source_gpu} (not fitted on this GPU)" for k in PARAMS
+                        if k not in refit})  # fmt: skip
     sources.update(notes(fit, paths))
     return KernelFit.model_validate({
         **base.model_dump(), **fit.values, "borrowed": False, "sources": sources,

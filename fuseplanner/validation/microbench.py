@@ -294,6 +294,19 @@ def spec_dict(spec: Any) -> dict[str, Any]:
     return d
 
 
+def with_own_fit(spec: Any, fit: Any) -> dict[str, Any]:
+    """`spec` as a plain dict (`spec_dict`) whose kernel fit is `fit` (a `KernelFit`), a fit of its own:
+    no ``fit_from`` and no ``[refit]`` table (a fit built from the spec's holds the refit values), no
+    name (the file's stem names the written spec)."""
+    d = spec_dict(spec)
+    for key in ("name", "fit_from", "refit"):
+        d.pop(key, None)
+    if "sources" in d:  # a refit value's note moved into the fit's sources with it
+        d["sources"] = {k: v for k, v in d["sources"].items() if not k.startswith("refit.")}
+    d["fit"] = fit.model_dump(mode="json", exclude={"borrowed"})
+    return d
+
+
 def write_spec(path: str | Path, spec: Any, cal: Calibration) -> Path:
     """Write `spec` (a GpuSpec or dict, may be None) with `cal` as its ``[measured]`` table to `path`."""
     base = spec_dict(spec)
