@@ -494,7 +494,7 @@ class Evaluated:
     overlap: float = 0.0
 
     @property
-    def launches(self) -> Cost:
+    def fused_launches(self) -> Cost:
         """The fused kernel plus whatever fusing leaves to run separately, summed as if each ran alone."""
         return self.fused.cost + self.orphaned
 
@@ -506,7 +506,7 @@ class Evaluated:
     @property
     def fused_total(self) -> Cost:
         """The fused kernel plus whatever fusing leaves to run separately, back to back, isolated."""
-        return self.launches.overlapped(self.overlap)
+        return self.fused_launches.overlapped(self.overlap)
 
 
 def plan(
@@ -590,7 +590,7 @@ def plan(
 
     covers = [ev.cand.nodes for ev in helpful]
     credit = _fuse_credit(objective, margin)
-    savings = [decide(ev.members) - credit * decide(ev.launches) for ev in helpful]
+    savings = [decide(ev.members) - credit * decide(ev.fused_launches) for ev in helpful]
     chosen = set(choose_exact(covers, savings))
     groups: list[GroupPlan] = []
     covered: dict[str, str] = {}
@@ -705,7 +705,7 @@ def _why_not_helpful(ev: Evaluated, objective: str, margin: float, decide: Calla
         return ev.fused.reason or "no feasible tile", "tile"
     if not ev.unfused.feasible:
         return "a member has no feasible layer-by-layer kernel to compare with", "tile"
-    f, u = decide(ev.launches), decide(ev.members)
+    f, u = decide(ev.fused_launches), decide(ev.members)
     credit = _fuse_credit(objective, margin)
     if f >= u and not (credit < 1 and u >= credit * f):
         return f"fused {_fmt(f, objective)} is not below unfused {_fmt(u, objective)}", "gain"
