@@ -154,6 +154,20 @@ def test_calibrate_from_results_writes_a_loadable_spec(tmp_path, capsys):
     assert spec.warnings() == [w for w in start.warnings() if "kernel fit" not in w]
 
 
+def test_calibrate_from_results_over_a_refitting_spec_writes_a_loadable_spec(tmp_path, capsys):
+    # h200 borrows the H100 fit with a [refit] table (its graph terms): the written fit of its own holds
+    # those values with their notes, and no [refit] table (which a fit of its own refuses)
+    out = tmp_path / "fitted.toml"
+    assert main(["calibrate", "--from-results", str(RUN), "--gpu", "h200", "--out", str(out),
+                 "--fit", "pw_warp_flops_per_cycle_fp32"]) == 0  # fmt: skip
+    capsys.readouterr()
+    spec, start = gpu(str(out)), gpu("h200")
+    assert not spec.fit.borrowed and spec.refit == {} and start.refit
+    for name, value in start.refit.items():
+        assert getattr(spec.fit, name) == value and spec.fit.sources[name] == start.sources[f"refit.{name}"]
+    assert "calibrate --from-results" in spec.fit.sources["pw_warp_flops_per_cycle_fp32"]
+
+
 def test_calibrate_from_results_bad_file_is_one_error_line(tmp_path, capsys):
     bad = tmp_path / "results.json"
     bad.write_text("{not json")
