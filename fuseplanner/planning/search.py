@@ -503,11 +503,6 @@ class Evaluated:
         """The members back to back, isolated (what the plan records as the group's unfused cost)."""
         return self.members.overlapped(self.overlap)
 
-    @property
-    def fused_total(self) -> Cost:
-        """The fused kernel plus whatever fusing leaves to run separately, back to back, isolated."""
-        return self.fused_launches.overlapped(self.overlap)
-
 
 def plan(
     graph: ModelGraph,
@@ -703,7 +698,7 @@ def _why_not_helpful(ev: Evaluated, objective: str, margin: float, decide: Calla
     in the executor)."""
     if not ev.fused.feasible:
         return ev.fused.reason or "no feasible tile", "tile"
-    if not ev.unfused.feasible:
+    if not ev.members.feasible:
         return "a member has no feasible layer-by-layer kernel to compare with", "tile"
     f, u = decide(ev.fused_launches), decide(ev.members)
     credit = _fuse_credit(objective, margin)
