@@ -11,6 +11,7 @@ Kernels are compiled first by `--jobs` worker processes (CuPy's on-disk kernel c
 process only loads them. Writes results.jsonl and results.md to --out; prints a table as it goes.
 
     python3 benchmarks/e2e.py --out DIR [--models mobilenet_v2 ...] [--batches 1 8] [--modes fp32 tf32 fp16]
+        [--context isolated|graph]   (the context the plans decide in; default that of `plan`)
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fuseplanner.core.kinds import CONTEXTS, DEFAULT_CONTEXT  # noqa: E402
 
 MODELS = ("mobilenet_v1", "mobilenet_v2", "mobilenet_v3_large", "mnasnet1_0", "efficientnet_b0", "mobilevit_xxs")
 MODES = {"fp32": ("fp32", "fp32"), "tf32": ("fp32", "tf32"), "fp16": ("fp16", "fp32")}
@@ -122,15 +125,15 @@ def torch_times(model: str, mode: str, batch: int, repeat: int) -> tuple[float, 
 
 
 # ---- fuseplanner ---------------------------------------------------------------------------------------
-def _compile(model: str, mode: str, batch: int, fuse: bool):
+def _compile(model: str, mode: str, batch: int, fuse: bool, context: str):
     import fuseplanner
 
     dtype, precision = MODES[mode]
     return fuseplanner.compile(model, fuseplanner.gpu("h100"), dtype=dtype, precision=precision, batch=batch,
-                               fuse=fuse, seed=0)
+                               fuse=fuse, seed=0, context=context)
 
 
-def warm_compile(job: tuple[str, str, int, bool]) -> str:
+def warm_compile(job: tuple[str, str, int, bool, str]) -> str:
     """Worker: build (and so compile every kernel of) one configuration; returns an error line or ''."""
     try:
         _compile(*job)
@@ -139,9 +142,9 @@ def warm_compile(job: tuple[str, str, int, bool]) -> str:
         return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
-def ours(model: str, mode: str, batch: int, replays: int, check: bool) -> dict:
+def ours(model: str, mode: str, batch: int, replays: int, check: bool, context: str) -> dict:
     out: dict = {}
-    cm = _compile(model, mode, batch, True)
+    cm = _compile(model, mode, batch, True, context)
     plan = cm.plan
     out["groups"] = len(plan.groups)
     out["predicted_planned_us"] = plan.totals.planned.time_s * 1e6
@@ -162,7 +165,7 @@ def ours(model: str, mode: str, batch: int, replays: int, check: bool) -> dict:
         c = run_check(cm, onnx_model(model, batch=batch), {spec.name: x})
         out.update(check_error=c.error, check_tolerance=c.tolerance)
     del cm
-    un = _compile(model, mode, batch, False)
+    un = _compile(model, mode, batch, False, context)
     out["unfused_us"] = un.bench(replays).median_s * 1e6
     return out
 
@@ -209,12 +212,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=8)
     ap.add_argument("--check-batch", type=int, default=1, help="check against onnxruntime at this batch (0: never)")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--context", choices=CONTEXTS, default=DEFAULT_CONTEXT, help="context the plans decide in")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     configs = [(m, mode, b) for b in args.batches for m in args.models for mode in args.modes]
     t0 = time.time()
     if args.jobs > 1:
-        jobs = [(m, mode, b, fuse) for m, mode, b in configs for fuse in (True, False)]
+        jobs = [(m, mode, b, fuse, args.context) for m, mode, b in configs for fuse in (True, False)]
         with ProcessPoolExecutor(args.jobs) as pool:
             for job, err in zip(jobs, pool.map(warm_compile, jobs), strict=True):
                 if err:
@@ -228,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         for m, mode, b in configs:
             vals: dict = {}
             try:
-                vals.update(ours(m, mode, b, args.replays, check=b == args.check_batch))
+                vals.update(ours(m, mode, b, args.replays, check=b == args.check_batch, context=args.context))
             except Exception as exc:
                 vals["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             if not args.no_torch:

@@ -18,6 +18,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fuseplanner  # noqa: E402
+from fuseplanner.core.kinds import CONTEXTS, DEFAULT_CONTEXT  # noqa: E402
 from fuseplanner.kernels import _build  # noqa: E402
 from fuseplanner.run.check import compare, reference_outputs  # noqa: E402
 from fuseplanner.run.compiled import onnx_model  # noqa: E402
@@ -36,8 +37,8 @@ def with_old_source(old: Path, build):
         _build._compile_cached.cache_clear()
 
 
-def one(old: Path, kind: str, model: str, dtype: str, batch: int) -> str:
-    new = fuseplanner.compile(model, "h100", dtype=dtype, batch=batch)
+def one(old: Path, kind: str, model: str, dtype: str, batch: int, context: str) -> str:
+    new = fuseplanner.compile(model, "h100", dtype=dtype, batch=batch, context=context)
     before = with_old_source(old, lambda: fuseplanner.compile(model, "h100", new.plan, dtype=dtype, batch=batch))
     rng = np.random.default_rng(3)
     x = {s.name: rng.standard_normal(s.shape).astype(np.float32) for s in new.program.inputs}
@@ -60,10 +61,11 @@ def main() -> int:
     ap.add_argument("old", type=Path, help="the old copy of one kernel source (its file name names the source)")
     ap.add_argument("kind", help="kernel kind whose steps are timed")
     ap.add_argument("configs", nargs="+", metavar="MODEL:DTYPE:BATCH")
+    ap.add_argument("--context", choices=CONTEXTS, default=DEFAULT_CONTEXT, help="context the plan decides in")
     args = ap.parse_args()
     for item in args.configs:
         model, dtype, batch = item.split(":")
-        print(one(args.old, args.kind, model, dtype, int(batch)), flush=True)
+        print(one(args.old, args.kind, model, dtype, int(batch), args.context), flush=True)
     return 0
 
 

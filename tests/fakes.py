@@ -38,6 +38,14 @@ class FakeGpu:
         return []
 
 
+def plan(graph, gpu, **kw):
+    """`planning.search.plan` deciding in the isolated context unless told: the context whose arithmetic
+    these fakes spell out (a FakeGpu has no graph-context facts)."""
+    from fuseplanner.planning import search
+
+    return search.plan(graph, gpu, **{"context": "isolated", **kw})
+
+
 def _cost(read: float, write: float, launches: int = 1) -> Cost:
     return Cost(
         gma_read_bytes=read,

@@ -156,7 +156,7 @@ def test_graph_warnings_only_in_graph_context():
 @pytest.fixture(scope="module")
 def v2():
     g = fuseplanner.load_model("mobilenet_v2")
-    return g, fuseplanner.plan(g, gpu("h100"), workers=1)
+    return g, fuseplanner.plan(g, gpu("h100"), workers=1, context="isolated")
 
 
 def test_steps_follow_the_executor_and_isolated_totals_match_the_plan(v2):
@@ -185,7 +185,7 @@ def test_graph_context_is_cheaper_and_saves_dram(v2):
 
 def test_plan_in_graph_context_decides_on_graph_times(v2):
     g, iso = v2
-    gr = fuseplanner.plan(g, gpu("h100"), workers=1, context="graph")
+    gr = fuseplanner.plan(g, gpu("h100"), workers=1)  # the graph context is the default
     assert iso.context == "isolated" and gr.context == "graph"
     # every fused group of the graph-context plan clears that context's threshold on graph times
     terms, margin = launch_terms(gpu("h100")), gpu("h100").fit.graph_fuse_min_speedup
@@ -219,21 +219,28 @@ def test_graph_context_decisions_ignore_the_isolated_launch_overlap(v2):
         assert a.unfused.time_s == pytest.approx(b.unfused.time_s - (b.unfused.launches - 1) * 3e-6)
 
 
-def test_cli_plan_prints_the_graph_context_by_default(capsys):
-    """The default (isolated) plan ends with the whole-model prediction as the executor runs it, whose
-    saving is smaller than the isolated one (no 3.7 us floor per launch saved, warm L2)."""
+def _graph_line(out: str) -> tuple[float, float, float]:
     import re
 
-    from fuseplanner.cli.main import main
-
-    assert main(["plan", "mobilenet_v2", "--gpu", "h100"]) == 0
-    out = capsys.readouterr().out
     m = re.search(r"graph context \(whole inference, CUDA-graph replay\): planned ([\d.]+) us, unfused ([\d.]+) us, "
                   r"saving (-?[\d.]+)%", out)  # fmt: skip
     assert m, out[-400:]
-    planned, unfused, saving = (float(x) for x in m.groups())
-    assert saving == pytest.approx(100 * (1 - planned / unfused), abs=0.06)
-    assert saving < 13.6  # the isolated saving of the same plan (README quick start: 371.60 -> 321.11 us)
+    return tuple(float(x) for x in m.groups())
+
+
+def test_cli_plan_prints_the_graph_context_by_default(capsys):
+    """Either context's plan ends with the whole-model prediction as the executor runs it, whose saving
+    is smaller than the isolated one (no 3.7 us floor per launch saved, warm L2); the plan decided in
+    the graph context (the default) is predicted faster there than the one decided in isolation."""
+    from fuseplanner.cli.main import main
+
+    assert main(["plan", "mobilenet_v2", "--gpu", "h100", "--context", "isolated"]) == 0
+    planned_iso, unfused, saving = _graph_line(capsys.readouterr().out)
+    assert saving == pytest.approx(100 * (1 - planned_iso / unfused), abs=0.06)
+    assert saving < 13.6  # the isolated saving of the same plan (371.60 -> 321.11 us)
+    assert main(["plan", "mobilenet_v2", "--gpu", "h100"]) == 0
+    planned, unfused_again, _ = _graph_line(capsys.readouterr().out)
+    assert unfused_again == unfused and planned < planned_iso
 
 
 def test_tile_searches_are_shared_only_inside_shared_searches():
@@ -259,12 +266,22 @@ def test_tile_searches_are_shared_only_inside_shared_searches():
     assert S._SHARED is None
 
 
-def test_cli_plan_context_graph(capsys):
+def test_cli_plan_and_compare_decide_in_the_graph_context_unless_told(tmp_path, capsys):
+    import json
+
     from fuseplanner.cli.main import main
 
-    assert main(["plan", "mobilenet_v1", "--gpu", "h100", "--context", "graph"]) == 0
-    out = capsys.readouterr().out
-    assert "graph context (whole inference" in out and "saving" in out
+    contexts = {}
+    for flags in ([], ["--context", "isolated"], ["--context", "graph"]):
+        path = tmp_path / f"p{len(contexts)}.json"
+        assert main(["plan", "mobilenet_v1", "--gpu", "h100", "--json", str(path), *flags]) == 0
+        contexts[tuple(flags)] = json.loads(path.read_text())["context"]
+    assert contexts == {(): "graph", ("--context", "isolated"): "isolated", ("--context", "graph"): "graph"}
+    capsys.readouterr()
+    for flags, want in (([], "graph"), (["--context", "isolated"], "isolated")):
+        assert main(["compare", "mobilenet_v1", "--gpus", "h100,t4", "--json", "-", *flags]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert [p["context"] for p in doc["plans"]] == [want, want]
 
 
 def test_reductions_take_the_reduction_floor():

@@ -24,7 +24,7 @@ def bytes_model(monkeypatch):
 
 
 def _plan(source, **kw):
-    return planner.plan(load_model(source), GPU, **kw)
+    return fakes.plan(load_model(source), GPU, **kw)
 
 
 def test_rewrite_replaces_each_group_by_one_node():

@@ -1,5 +1,5 @@
-"""scripts/fit_graph_kernels.py: the graph context's per-class launch terms fitted on saved graph-mode
-step times (CPU only, a committed whole run of MobileNetV1)."""
+"""The graph context's per-class launch terms fitted on saved graph-mode step times
+(`validation.fit_whole`, step 2 of `calibrate --from-whole`; CPU only, a committed whole run of MobileNetV1)."""
 
 from __future__ import annotations
 
@@ -7,37 +7,31 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from script_module import load
 
+from fuseplanner.core.errors import RecordsError
 from fuseplanner.hw.spec import gpu
 from fuseplanner.planning.whole import predict_whole
+from fuseplanner.validation import fit_whole
 
 ROOT = Path(__file__).resolve().parents[1]
 WHOLE = ROOT / "data" / "records" / "h100" / "whole"
 RUN = str(WHOLE / "fp32fp32_b1" / "mobilenet_v1.json.gz")
 
 
-def _script():
-    return load(ROOT / "scripts" / "fit_graph_kernels.py")
-
-
 @pytest.fixture(scope="module")
 def fitted():
-    mod = _script()
     spec = gpu("h100")
-    rows = mod.runs([RUN], spec)
-    return mod, spec, rows, mod.samples(rows, spec)
+    rows = fit_whole.runs([RUN], spec)
+    return fit_whole, spec, rows, fit_whole.samples(rows, spec)
 
 
 def test_a_held_out_model_is_refused():
-    mod = _script()
-    with pytest.raises(SystemExit, match="held-out"):
-        mod.runs([str(WHOLE / "fp32fp32_b1" / "mobilenet_v3_small.json.gz")], gpu("h100"))
+    with pytest.raises(RecordsError, match="held-out"):
+        fit_whole.runs([str(WHOLE / "fp32fp32_b1" / "mobilenet_v3_small.json.gz")], gpu("h100"))
 
 
 def test_the_terms_sit_in_the_fit_only():
-    mod = _script()
-    s = mod.with_values(gpu("h100"), [1e-7, 2e-7, 4e-7, 3e-7])
+    s = fit_whole.with_values(gpu("h100"), fit_whole.term_values([1e-7, 2e-7, 4e-7, 3e-7]))
     got = (s.fit.graph_dw_kernel_s, s.fit.graph_pw_kernel_s, s.fit.graph_linear_kernel_s, s.fit.graph_fused_kernel_s)
     assert got == (1e-7, 2e-7, 4e-7, 3e-7)
     assert (s.hw.graph_dw_kernel_s, s.hw.graph_pw_kernel_s, s.hw.graph_linear_kernel_s, s.hw.graph_fused_kernel_s) == got
@@ -48,7 +42,7 @@ def test_samples_reproduce_the_graph_prediction_with_the_bundled_terms(fitted):
     time with those terms: the sum over the planned and unfused steps matches `predict_whole` with the
     bundled spec, step for step where no step sits at the launch interval."""
     mod, spec, rows, samples = fitted
-    x = np.array([getattr(spec.fit, f) for f in mod.FIELDS])
+    x = np.array([getattr(spec.fit, f) for f in mod.TERM_FIELDS])
     base = np.array([s.base_s for s in samples])
     launches = np.array([s.launches for s in samples], dtype=float)
     least = np.array([s.least_s for s in samples])
@@ -72,7 +66,7 @@ def test_the_fit_lowers_the_robust_loss(fitted):
         return float(np.sum(2 * (np.sqrt(1 + r * r) - 1)))
 
     x = mod.fit_terms(data)
-    assert loss(x) < loss(np.zeros(len(mod.FIELDS)))
+    assert loss(x) < loss(np.zeros(len(mod.TERM_FIELDS)))
     # a term moved by 1 us off the optimum costs more
     assert loss(x + np.array([0, 1e-6, 0, 0])) > loss(x)
 
@@ -87,5 +81,5 @@ def test_bootstrap_intervals_hold_the_fit_of_the_runs_given(fitted):
     assert {v.run for v in s} == {0, 1}
     ci = mod.intervals(s, 12)
     fits = np.array([mod.fit_terms(mod.arrays([v for v in s if v.run in keep])) for keep in ({0}, {1}, {0, 1})])
-    assert ci.shape == (len(mod.FIELDS), 2) and (ci[:, 0] <= ci[:, 1]).all()
+    assert ci.shape == (len(mod.TERM_FIELDS), 2) and (ci[:, 0] <= ci[:, 1]).all()
     assert (ci[:, 0] >= fits.min(axis=0) - 1e-9).all() and (ci[:, 1] <= fits.max(axis=0) + 1e-9).all()

@@ -38,7 +38,7 @@ def _input(model: onnx.ModelProto) -> np.ndarray:
 
 
 def _rewrite_and_compare(source, original: onnx.ModelProto):
-    plan = planner.plan(load_model(source), GPU)
+    plan = fakes.plan(load_model(source), GPU)
     assert plan.groups
     out = export.rewrite_onnx(plan, source)
     export.check_onnx(out)
@@ -70,7 +70,7 @@ def test_rewritten_legacy_mobilenet_v2_matches_the_original(fake_costs):
 def test_fused_node_describes_every_member(fake_costs):
     model = zoo.mobilenet_v2(width=0.5, resolution=64, bn=True)
     graph = load_model(model)
-    plan = planner.plan(graph, GPU)
+    plan = fakes.plan(graph, GPU)
     out = export.rewrite_onnx(plan, model)
     node = next(n for n in out.graph.node if n.op_type == "FusedConv")
     group = next(g for g in plan.groups if node.name.startswith(f"fused_{plan.groups.index(g)}_"))
@@ -113,7 +113,7 @@ def test_external_data_model_rewritten_into_another_folder(tmp_path, capsys):
 
 def test_external_data_write_onnx_next_to_the_source(tmp_path, fake_costs):
     src = _external_model(tmp_path / "src")
-    plan = planner.plan(load_model(str(src)), GPU)
+    plan = fakes.plan(load_model(str(src)), GPU)
     dest = export.write_onnx(plan, str(src), tmp_path / "src" / "fused.onnx")
     back = onnx.load(str(dest))
     assert sum(n.op_type == "FusedConv" for n in back.graph.node) == len(plan.groups)

@@ -63,15 +63,22 @@ def test_pooled_accuracy_of_the_whole_set_is_pinned(runs):
 
 
 def test_quick_start_plan_is_pinned():
-    # README's quick start: `fuseplanner plan mobilenet_v2 --gpu h100` (fp32, batch 1)
+    # README's quick start: `fuseplanner plan mobilenet_v2 --gpu h100` (fp32, batch 1), decided in the
+    # graph context (the default)
     import fuseplanner as fp
-
-    plan = fp.plan(fp.load_model("mobilenet_v2"), fp.gpu("h100"), dtype="fp32", batch=1)
-    assert len(plan.groups) == 17 and sum(len(g.nodes) for g in plan.groups) == 40
-    assert plan.totals.unfused.time_s * 1e6 == pytest.approx(371.60, abs=0.005)
-    assert plan.totals.planned.time_s * 1e6 == pytest.approx(321.11, abs=0.005)
-    # its last line, the whole inference as the executor runs it (graph context): 234.5 -> 237.2 us
     from fuseplanner.planning.whole import predict_whole
 
-    whole = predict_whole(fp.load_model("mobilenet_v2"), fp.gpu("h100"), plan, "graph")
-    assert (whole.unfused.time_s * 1e6, whole.planned.time_s * 1e6) == pytest.approx((234.5, 237.2), abs=0.05)
+    graph, spec = fp.load_model("mobilenet_v2"), fp.gpu("h100")
+    plan = fp.plan(graph, spec, dtype="fp32", batch=1)
+    assert plan.context == "graph"
+    assert len(plan.groups) == 17 and sum(len(g.nodes) for g in plan.groups) == 35
+    assert plan.totals.unfused.time_s * 1e6 == pytest.approx(371.60, abs=0.005)
+    assert plan.totals.planned.time_s * 1e6 == pytest.approx(323.34, abs=0.005)
+    # its last line, the whole inference as the executor runs it (graph context): 234.5 -> 226.4 us
+    whole = predict_whole(graph, spec, plan, "graph")
+    assert (whole.unfused.time_s * 1e6, whole.planned.time_s * 1e6) == pytest.approx((234.5, 226.4), abs=0.05)
+    # `--context isolated`: 17 groups of 40 layers, 371.60 -> 321.11 us isolated, 234.5 -> 237.2 us whole
+    iso = fp.plan(graph, spec, dtype="fp32", batch=1, context="isolated")
+    assert len(iso.groups) == 17 and sum(len(g.nodes) for g in iso.groups) == 40
+    assert iso.totals.planned.time_s * 1e6 == pytest.approx(321.11, abs=0.005)
+    assert predict_whole(graph, spec, iso, "graph").planned.time_s * 1e6 == pytest.approx(237.2, abs=0.05)

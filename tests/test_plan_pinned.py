@@ -1,6 +1,6 @@
 """The planner's exact optimum, pinned: plans of bundled models (several GPUs, dtypes, batches,
 objectives and precisions) must match those recorded before the tile search was made faster
-(tests/fixtures/pinned_plans.json: totals, every group's kind, members, tile and fused time, every
+(tests/fixtures/pinned_plans.json, decided in the isolated context: totals, every group's kind, members, tile and fused time, every
 unfused layer's tile and time, the number of rejected candidates).
 
 Regenerate the fixture only for a deliberate change of the cost model or the candidate set, and say
@@ -39,7 +39,7 @@ def _digest(plan) -> dict:
 def test_plan_matches_the_pinned_optimum(case):
     model, gpu, dtype, batch, objective, precision = case.rsplit("-", 5)
     plan = planner.plan(load_model(model), gpu, dtype=dtype, batch=None if batch == "None" else int(batch),
-                        objective=objective, precision=precision, workers=1)  # fmt: skip
+                        objective=objective, precision=precision, workers=1, context="isolated")  # fmt: skip
     got, want = _digest(plan), PINNED[case]
     assert [g[:3] for g in got["groups"]] == [g[:3] for g in want["groups"]]
     assert [lay[:2] for lay in got["layers"]] == [lay[:2] for lay in want["layers"]]

@@ -1,7 +1,7 @@
 """Same predictions: the plans of the quick-start models on the h100 and a100_80gb specs match the
 totals, group tiles and layer costs recorded in tests/fixtures/plan_pins.json (written from the plans
-before the GPU spec was split into facts and a kernel fit; regenerate only for an intended model change:
-``python -m tests.test_prediction_pins``)."""
+before the GPU spec was split into facts and a kernel fit, decided in the isolated context; regenerate
+only for an intended model change: ``python -m tests.test_prediction_pins``)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ def _key(model: str, gpu: str, dtype: str, batch: int | None) -> str:
 
 
 def _plan(model: str, gpu: str, dtype: str, batch: int | None) -> dict:
-    return json.loads(plan(load_model(model, batch=batch), gpu, dtype=dtype, batch=batch, workers=1).to_json())
+    return json.loads(plan(load_model(model, batch=batch), gpu, dtype=dtype, batch=batch, workers=1,
+                           context="isolated").to_json())  # fmt: skip
 
 
 @pytest.mark.parametrize("case", CASES, ids=[_key(*c) for c in CASES])
@@ -49,7 +50,8 @@ def test_plan_numbers_unchanged(case):
 
 
 def test_quick_start_plan_totals():
-    # the README's quick start: 17 groups / 40 layers, 371.60 -> 321.11 us on MobileNetV2, h100, fp32
+    # the README's quick start with --context isolated: 17 groups / 40 layers, 371.60 -> 321.11 us on
+    # MobileNetV2, h100, fp32
     pinned = json.loads(PINS.read_text())[_key("mobilenet_v2", "h100", "fp32", None)]
     assert len(pinned["groups"]) == 17 and sum(len(g["nodes"]) for g in pinned["groups"]) == 40
     t = pinned["totals"]

@@ -66,7 +66,7 @@ def test_repredict_costs_the_measured_plan_when_the_spec_would_plan_otherwise():
     # a threshold no group reaches: planning again would fuse nothing, but the measured plan is costed,
     # and a threshold changes no cost, so the prediction is the one of the planning spec
     strict = apply_measured(gpu("h100"), {"fuse_min_speedup": 4.0})
-    assert not plan(load_model("mobilenet_v1", None, 1), strict, workers=1).groups
+    assert not plan(load_model("mobilenet_v1", None, 1), strict, workers=1, context="isolated").groups
     again = repredict(saved, strict)
     assert again.predicted_planned_s == pytest.approx(same.predicted_planned_s)
     assert [s.label for s in again.steps] == [s.label for s in same.steps] and again.plan == saved.plan
@@ -106,5 +106,7 @@ def test_store_whole_plans_adds_the_plan_that_reproduces_the_run(tmp_path, monke
     monkeypatch.setattr(sys, "argv", ["store_whole_plans.py", "--gpu", "h100", str(good), str(bad)])
     assert mod.main() == 1
     got = read(good)[0]
-    assert got.plan is not None and got.plan == stored(plan(load_model("mobilenet_v1", None, 1), gpu("h100"), workers=1))
+    # the runs were planned in the isolated context, as the script plans them again
+    again = plan(load_model("mobilenet_v1", None, 1), gpu("h100"), workers=1, context="isolated")
+    assert got.plan is not None and got.plan == stored(again)
     assert read(bad)[0].plan is None and "does not reproduce" in capsys.readouterr().out

@@ -173,8 +173,11 @@ def bytes_model(monkeypatch):
 
 def test_plan_carries_the_spec_warnings(bytes_model):
     graph = G.chain()
-    assert planner.plan(graph, "t4").warnings == gpu("t4").warnings()
-    assert planner.plan(graph, "h100").warnings == gpu("h100").warnings()
+    # the graph context (the default) reads the spec's graph facts, so their estimates are named too
+    assert planner.plan(graph, "t4").warnings == gpu("t4").warnings(graph=True)
+    assert planner.plan(graph, "h100").warnings == gpu("h100").warnings(graph=True)
+    assert planner.plan(graph, "h100", context="isolated").warnings == gpu("h100").warnings()
+    assert "graph_replay_s" in gpu("h100").warnings(graph=True)[0] and "graph_replay_s" not in gpu("h100").warnings()[0]
     paper = planner.plan(graph, "t4", model="paper").warnings  # the paper model reads no kernel fit
     assert paper == gpu("t4").warnings(kernel_fit=False) and len(paper) == 2
 
@@ -184,10 +187,10 @@ def test_cli_prints_one_note_per_warning(bytes_model, tmp_path, capsys):
     onnx.save_model(G.onnx_blocks(), str(path))
     assert main(["plan", str(path), "--gpu", "v100", "--json", str(tmp_path / "p.json")]) == 0
     notes = [x for x in capsys.readouterr().err.splitlines() if x.startswith("note: ")]
-    assert notes == [f"note: {w}" for w in gpu("v100").warnings()] and len(notes) == 3
+    assert notes == [f"note: {w}" for w in gpu("v100").warnings(graph=True)] and len(notes) == 3
     assert main(["compare", str(path), "--gpus", "h100,a100"]) == 0
     notes = [x for x in capsys.readouterr().err.splitlines() if x.startswith("note: ")]
-    assert notes == [f"note: {w}" for w in (*gpu("h100").warnings(), *gpu("a100_80gb").warnings())]
+    assert notes == [f"note: {w}" for w in (*gpu("h100").warnings(graph=True), *gpu("a100_80gb").warnings(graph=True))]
 
 
 def test_cost_model_doc_lists_the_h100_fit():

@@ -35,7 +35,7 @@ class Timed:
 
 
 def _build(fused, **kw):
-    return Timed(compile_model(MODEL, "h100", device="cpu", **kw), fused)
+    return Timed(compile_model(MODEL, "h100", device="cpu", context="isolated", **kw), fused)
 
 
 def _members(label: str) -> int:
@@ -44,7 +44,9 @@ def _members(label: str) -> int:
 
 @pytest.fixture(scope="module")
 def first_and_unfused():
-    return compile_model(MODEL, "h100", device="cpu"), compile_model(MODEL, "h100", device="cpu", fuse=False)
+    # the isolated context's plan fuses enough PW->DW->PW blocks to drop some and keep others
+    return (compile_model(MODEL, "h100", device="cpu", context="isolated"),
+            compile_model(MODEL, "h100", device="cpu", fuse=False))
 
 
 def _keys(compiled, labels) -> set:
@@ -141,8 +143,16 @@ def test_cli_save_plan_writes_the_plan_run(tmp_path, capsys):
     from fuseplanner.run.compiled import load_plan
 
     saved = load_plan(str(out))
-    assert saved.model and len(saved.groups) == len(compile_model(MODEL, "h100", device="cpu").plan.groups)
+    first = compile_model(MODEL, "h100", device="cpu").plan
+    assert saved.model and saved.context == first.context == "graph" and len(saved.groups) == len(first.groups)
+    # --context isolated plans as `plan --context isolated` (and `compile(context="isolated")`) does
+    assert main(["run", MODEL, "--device", "cpu", "--context", "isolated", "--save-plan", str(out)]) == 0
+    iso = load_plan(str(out))
+    assert iso.context == "isolated" and iso.tiles() == compile_model(MODEL, "h100", device="cpu", context="isolated").plan.tiles()
+    assert iso.tiles() != saved.tiles()  # MobileNetV2 on the h100: the contexts fuse different groups
     assert main(["run", MODEL, "--device", "cpu", "--save-plan", str(tmp_path / "no" / "p.json")]) == 2
+    with pytest.raises(PlanError, match="context"):
+        compile_model(MODEL, "h100", device="cpu", context="warm")
 
 
 class Benched:

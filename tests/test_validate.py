@@ -29,7 +29,7 @@ def _ctx(dtype="fp32"):
 
 def test_items_of_a_residual_block(bytes_model):
     g = G.residual(h=4)
-    p = planner.plan(g, GPU)
+    p = fakes.plan(g, GPU)
     items, groups, skipped = V.build_items(g, p, _ctx())
     assert [(i.id, i.role, len(i.steps)) for i in items] == [("g0", "group", 1), ("g0.u", "unfused", 3)]
     fused, unfused = items
@@ -48,7 +48,7 @@ def test_items_of_a_residual_block(bytes_model):
 def test_layer_that_applies_the_residual_add_is_measured_with_it(bytes_model):
     # only PW->DW may fuse, so pw2 runs on its own and applies the block's Add (other operand: x)
     g = G.residual(h=4, c=16, exp=96)
-    p = planner.plan(g, GPU, objective="gma", kinds=["pw_dw"])
+    p = fakes.plan(g, GPU, objective="gma", kinds=["pw_dw"])
     items, _, skipped = V.build_items(g, p, _ctx())
     (layer,) = [i for i in items if i.role == "layer"]
     assert layer.nodes == ["pw2"] and layer.residual and not layer.residual_from_input
@@ -60,7 +60,7 @@ def test_layer_that_applies_the_residual_add_is_measured_with_it(bytes_model):
 def _residual_items():
     """(group item, unfused item) of the planned 3-layer residual group."""
     g = G.residual(h=4)
-    items, _, _ = V.build_items(g, planner.plan(g, GPU), _ctx())
+    items, _, _ = V.build_items(g, fakes.plan(g, GPU), _ctx())
     return items[0], items[1]
 
 
@@ -102,7 +102,7 @@ def _assert_alternatives(head, alts):
 
 def test_sweep_adds_spread_tiles(bytes_model):
     g = G.chain(h=8)
-    p = planner.plan(g, GPU)
+    p = fakes.plan(g, GPU)
     ctx = _ctx()
     items, _, _ = V.build_items(g, p, ctx, sweep=True)
     grp = next(i for i in items if i.role == "group")
@@ -119,7 +119,7 @@ def test_layer_sweep_measures_every_tiled_layer_alone(bytes_model):
     # pw_dw_pw residual block, planned fused: no standalone layer, so each member gets a tile group of
     # its own, headed by the tile the group's unfused alternative runs it with
     g = G.residual(h=4)
-    p = planner.plan(g, GPU)
+    p = fakes.plan(g, GPU)
     ctx = _ctx()
     items, groups, _ = V.build_items(g, p, ctx, layers=True)
     unfused = next(i for i in items if i.role == "unfused")
@@ -141,7 +141,7 @@ def test_layer_sweep_measures_every_tiled_layer_alone(bytes_model):
 def test_layer_sweep_of_a_standalone_layer_keeps_its_id_and_plan(bytes_model):
     # only PW->DW may fuse: pw2 runs alone (L0, planned) and is swept under its own id
     g = G.residual(h=4, c=16, exp=96)
-    p = planner.plan(g, GPU, objective="gma", kinds=["pw_dw"])
+    p = fakes.plan(g, GPU, objective="gma", kinds=["pw_dw"])
     items, _, _ = V.build_items(g, p, _ctx(), layers=True)
     (layer,) = [i for i in items if i.role == "layer"]
     assert layer.id == "L0" and layer.group == "L0" and layer.planned
@@ -166,7 +166,7 @@ def test_sweep_measures_rejected_gain_candidates(fusion_loses):
     # the planner fuses nothing; sweep still measures each candidate fused and unfused so the
     # no-fuse decisions can be checked
     g = G.chain(h=4)
-    p = planner.plan(g, GPU)
+    p = fakes.plan(g, GPU)
     assert p.groups == []
     items, groups, _ = V.build_items(g, p, _ctx(), sweep=True)
     assert groups and all(not x["planner_fused"] for x in groups.values())
@@ -188,7 +188,7 @@ def test_sweep_measures_the_rejected_variant_itself(fusion_loses):
         G.opaque("add", "Add", ["a", "b"], "y", shp),
     ]
     g = G.make_graph("two_branch_add", ops, {"x": shp}, ["y"])
-    p = planner.plan(g, GPU)
+    p = fakes.plan(g, GPU)
     gain = sorted((tuple(r.nodes), bool(r.absorbed)) for r in p.rejected if r.stage == "gain")
     assert gain == [(("dw", "pw"), False), (("dw", "pw"), True)]
     _, groups, _ = V.build_items(g, p, _ctx(), sweep=True)
@@ -197,7 +197,7 @@ def test_sweep_measures_the_rejected_variant_itself(fusion_loses):
 
 def test_make_case_rounds_to_fp16(bytes_model):
     g = G.residual(h=4)
-    p = planner.plan(g, GPU)
+    p = fakes.plan(g, GPU)
     ctx = _ctx("fp16")
     items, _, _ = V.build_items(g, p, ctx)
     x, params, res = V.make_case(items[0], ctx, seed=3)
@@ -217,7 +217,7 @@ def test_relative_error():
 
 def test_counter_free_record_has_effective_bandwidth(bytes_model):
     g = G.residual(h=4)
-    p = planner.plan(g, GPU)
+    p = fakes.plan(g, GPU)
     ctx = _ctx()
     items, _, _ = V.build_items(g, p, ctx)
     pred = V.predictions(items[0], ctx)
@@ -235,7 +235,7 @@ def test_validate_without_gpu_raises_device_error(bytes_model):
     except DeviceError:
         g = G.residual(h=4)
         with pytest.raises(DeviceError):
-            V.validate(g, GPU, planner.plan(g, GPU), progress=False)
+            V.validate(g, GPU, fakes.plan(g, GPU), progress=False)
     else:
         pytest.skip("a CUDA device is present")
 
@@ -260,7 +260,7 @@ def test_compiled_kernels_beside_the_model():
     gpu = specs.gpu("h100")
     g = G.residual(h=4)
     ctx = V.Context(gpu=gpu, dtype="fp32", batch=1, precision="fp32", objective="time")
-    items, _, _ = V.build_items(g, planner.plan(g, gpu), ctx)
+    items, _, _ = V.build_items(g, fakes.plan(g, gpu), ctx)
     unfused = next(i for i in items if i.role == "unfused")
     launches = [SimpleNamespace(resources=lambda s=s: {
         "blocks": 10, "threads": 256, "smem_bytes": 0, "cluster": 1, "regs": 128, "local_bytes": 0,

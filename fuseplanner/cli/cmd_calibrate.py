@@ -25,7 +25,9 @@ def register(subparsers) -> None:
         "With --from-sweep or --from-results it needs no GPU: --from-results "
         "fits the kernel parameters (achieved FLOPs per warp per clock of fuseplanner's kernels, the L2 "
         "fraction of fused kernels' weight re-reads, the fuse threshold) to the measurements in validation "
-        "results files and writes the spec with them as its own [fit] table (GPU, driver, date, records).",
+        "results files and writes the spec with them as its own [fit] table (GPU, driver, date, records); "
+        "--from-whole fits the graph context's terms (operator-library costs, per-class launch terms, graph fuse "
+        "threshold) to whole-model runs of `fuseplanner validate --whole`.",
     )
     p.add_argument("--gpu", default="auto", help="spec to start from: 'auto' detects this GPU (default), or a name/path")
     p.add_argument("--out", default=None, help="TOML to write (default: SPEC_calibrated.toml)")
@@ -49,10 +51,18 @@ def register(subparsers) -> None:
                    "--from-results: there each resample is a full refit, and the report flags values the records "
                    "cannot identify; 0: none)")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="with --from-results --resamples: bootstrap refits run at once (default 1)")
+                   help="with --from-results --resamples: bootstrap refits run at once; with --from-whole: processes "
+                   "scoring the fuse thresholds (default 1)")
     p.add_argument("--from-sweep", default=None, metavar="SWEEP_JSON",
                    help="fit the kernel parameters to a saved micro-sweep (FILE.sweep.json.gz, written by "
                    "`calibrate --out FILE`) instead of measuring (no GPU); --gpu names the spec to start from")
+    p.add_argument("--from-whole", nargs="+", default=None, metavar="WHOLE_JSON",
+                   help="fit the graph context's terms to these `fuseplanner validate --whole` runs (no GPU): the "
+                   "operator-library costs, the per-class launch terms (with bootstrap intervals, --resamples, "
+                   "default 50) and, from runs measured with --decisions, the graph fuse threshold (--jobs "
+                   "processes); --gpu names the spec they were measured with (default: the one the first run "
+                   "names). A spec with a fit of its own gets the values in it, one that borrows a fit in its "
+                   "[refit] table. Held-out models (models/holdout.toml) are refused")
     p.add_argument("--fit", default=None, metavar="FIELDS",
                    help="with --from-results: fit only these comma-separated fields (the others keep the "
                    "spec's values), e.g. fused_pw_warp_flops_per_cycle_fp32,fused_pw_warp_flops_per_cycle_fp16")
@@ -216,6 +226,34 @@ def _from_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _from_whole(args: argparse.Namespace) -> int:
+    from fuseplanner.hw import spec as specs
+    from fuseplanner.validation import fit_whole
+    from fuseplanner.validation.microbench import to_toml
+    from fuseplanner.validation.whole import read
+
+    first = read(args.from_whole[0])
+    if not first:
+        raise FusePlannerError(f"{args.from_whole[0]}: no whole run in it")
+    base = specs.gpu(first[0].gpu if args.gpu == "auto" else args.gpu)
+    say = (lambda _: None) if args.json else (lambda line: sys.stderr.write(line + "\n"))
+    result = fit_whole.fit(args.from_whole, base, resamples=50 if args.resamples is None else max(0, args.resamples),
+                           jobs=max(1, args.jobs), thresholds=fit_whole.THRESHOLDS, say=say)  # fmt: skip
+    out = Path(args.out or f"{base.name}_graph.toml")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(to_toml(fit_whole.spec_with(base, result), {}))
+    specs.gpu(str(out))  # what was written loads
+    if args.json:
+        sys.stdout.write(json.dumps({"values": result.values, "ci": result.ci, "report": list(result.lines),
+                                     "spec": str(out)}, indent=1) + "\n")  # fmt: skip
+        return 0
+    for k, v in result.values.items():
+        band = f"  (5-95%: {result.ci[k][0]:.4g} .. {result.ci[k][1]:.4g})" if k in result.ci else ""
+        sys.stdout.write(f"{k} = {v:.6g}{band}\n")
+    sys.stdout.write("\n".join(result.lines) + f"\nwrote {out}\n")
+    return 0
+
+
 def _measure_sweep(args: argparse.Namespace, spec, out: Path) -> tuple[list[dict], dict, Path]:
     """Run the micro-sweep on this GPU with `spec` (facts measured); save and return its records."""
     from fuseplanner.kernels import require_device
@@ -235,6 +273,10 @@ def _measure_sweep(args: argparse.Namespace, spec, out: Path) -> tuple[list[dict
 def run(args: argparse.Namespace) -> int:
     if args.fit and not args.from_results:
         raise FusePlannerError("--fit selects fields to fit to --from-results: give the results files too")
+    if sum(bool(x) for x in (args.from_results, args.from_sweep, args.from_whole)) > 1:
+        raise FusePlannerError("give one of --from-results, --from-sweep and --from-whole")
+    if args.from_whole:
+        return _from_whole(args)
     if args.from_results:
         return _from_results(args)
     if args.from_sweep:

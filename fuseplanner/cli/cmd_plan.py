@@ -9,7 +9,15 @@ from pathlib import Path
 
 from fuseplanner.cli.common import add_model_arguments, load_from_args, parse_input_shapes
 from fuseplanner.core.errors import PlanError
-from fuseplanner.core.kinds import CONTEXTS, COST_MODELS, DTYPES, GROUP_KINDS, OBJECTIVES, PRECISIONS
+from fuseplanner.core.kinds import (
+    CONTEXTS,
+    COST_MODELS,
+    DEFAULT_CONTEXT,
+    DTYPES,
+    GROUP_KINDS,
+    OBJECTIVES,
+    PRECISIONS,
+)
 
 DEFAULT_GPU = "h100"
 #: How to read a tile (in `plan --help` and the README).
@@ -35,7 +43,8 @@ def kinds_list(text: str) -> list[str]:
 
 
 def add_plan_options(p: argparse.ArgumentParser) -> None:
-    """--dtype, --objective, --kinds, --model, --precision (MODEL, --input-shape, --batch come from common)."""
+    """--dtype, --objective, --kinds, --model, --precision, --context (MODEL, --input-shape, --batch come from
+    common)."""
     p.add_argument("--dtype", choices=DTYPES, default="fp32", help="storage dtype (default fp32)")
     p.add_argument(
         "--objective", choices=OBJECTIVES, default="time",
@@ -49,6 +58,10 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
                    help="cost model: ours (sectors, L2/DRAM, time) or paper (the published GMA formulas)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="fp32 pointwise math, or TF32 tensor cores for fp32 storage")
+    p.add_argument("--context", choices=CONTEXTS, default=DEFAULT_CONTEXT,
+                   help="execution context the time objective decides in: back-to-back launches in a CUDA graph "
+                   "as the executor runs the model (default; spec graph facts, L2 residency) or isolated launches "
+                   "after an L2 flush; either way the table's costs are isolated-context")
 
 
 def plan_kwargs(args: argparse.Namespace) -> dict:
@@ -60,6 +73,7 @@ def plan_kwargs(args: argparse.Namespace) -> dict:
         "kinds": args.kinds,
         "model": args.cost_model,
         "precision": args.precision,
+        "context": args.context,
     }
 
 
@@ -119,10 +133,6 @@ def register(subparsers) -> None:
     p.add_argument("--gpu", default=None, metavar="NAME|PATH",
                    help="GPU spec name (see `fuseplanner gpus`) or TOML file; default: the local GPU, else h100")
     add_plan_options(p)
-    p.add_argument("--context", choices=CONTEXTS, default="isolated",
-                   help="execution context the time objective decides in: isolated launches after an L2 flush "
-                   "(default) or back-to-back launches in a CUDA graph (spec graph facts, L2 residency); either "
-                   "way the last line is the whole-model prediction in the graph context, as the executor runs it")
     p.add_argument("--json", default=None, metavar="PATH|-", help="write the plan as JSON ('-': stdout, nothing else)")
     p.add_argument("--onnx", default=None, metavar="PATH",
                    help="write the model with each fused group replaced by one ai.fuseplanner FusedConv node")
@@ -153,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     spec, note = resolve_gpu(args.gpu)
     graph = load_from_args(args)
     with shared_searches():  # the graph-context line's unfused plan reuses this plan's searches
-        result = plan(graph, spec, **plan_kwargs(args), context=args.context)
+        result = plan(graph, spec, **plan_kwargs(args))
         whole = predict_whole(graph, spec, result, "graph")
     # build every output in memory first: nothing is written unless all of them succeed
     outputs: list[tuple[str, str]] = []

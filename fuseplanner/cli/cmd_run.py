@@ -13,7 +13,7 @@ from pathlib import Path
 
 from fuseplanner.cli.common import add_model_arguments, parse_input_shapes, positive_int
 from fuseplanner.core.errors import ModelError, PlanError
-from fuseplanner.core.kinds import DTYPES, PRECISIONS
+from fuseplanner.core.kinds import CONTEXTS, DEFAULT_CONTEXT, DTYPES, PRECISIONS
 
 
 def register(subparsers) -> None:
@@ -30,6 +30,8 @@ def register(subparsers) -> None:
     p.add_argument("--gpu", default="auto", metavar="auto|NAME", help="GPU spec (default auto: this GPU)")
     p.add_argument("--plan", default=None, metavar="PLAN.json", help="run this plan (default: plan it now)")
     p.add_argument("--no-fuse", action="store_true", help="no fusion: every dw/pw/linear op on its own kernel")
+    p.add_argument("--context", choices=CONTEXTS, default=DEFAULT_CONTEXT,
+                   help="execution context the planning decides in (as `fuseplanner plan --context`; default graph)")
     p.add_argument("--dtype", choices=DTYPES, default="fp32", help="storage dtype (default fp32)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32", help="fp32 exact or TF32 math")
     p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
@@ -110,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     tuned = _tuned(args, shapes) if args.tune else None
     net = tuned.compiled if tuned else compile_model(
         args.model, args.gpu, plan, dtype=args.dtype, precision=args.precision, batch=args.batch,
-        fuse=not args.no_fuse, seed=args.seed, device=args.device, input_shapes=shapes)  # fmt: skip
+        fuse=not args.no_fuse, seed=args.seed, device=args.device, input_shapes=shapes, context=args.context)  # fmt: skip
     if args.save_plan:
         from fuseplanner.planning.export import to_json, write_text
 
@@ -193,7 +195,7 @@ def _tuned(args, shapes):
     from fuseplanner.validation.tune import tune_model
 
     tuned = tune_model(args.model, args.gpu, dtype=args.dtype, precision=args.precision, batch=args.batch,
-                       seed=args.seed, input_shapes=shapes, rounds=args.tune_rounds, replays=args.replays,
+                       seed=args.seed, input_shapes=shapes, rounds=args.tune_rounds, replays=args.replays, context=args.context,
                        say=print)  # fmt: skip
     _tuning_report(tuned)
     return tuned

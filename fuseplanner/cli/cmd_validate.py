@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fuseplanner.cli.common import parse_input_shapes, positive_int
 from fuseplanner.core.errors import FusePlannerError
-from fuseplanner.core.kinds import CONTEXTS, DTYPES, OBJECTIVES, PRECISIONS
+from fuseplanner.core.kinds import CONTEXTS, DEFAULT_CONTEXT, DTYPES, OBJECTIVES, PRECISIONS
 
 
 def register(subparsers) -> None:
@@ -56,8 +56,10 @@ def register(subparsers) -> None:
                    "step (each step replayed alone in a CUDA graph), and compare with the whole-inference prediction in the "
                    "graph context; with Nsight Compute (unless --no-ncu) also the DRAM and L2 bytes of one whole "
                    "replay, cold and warm, against the prediction; writes whole.json and whole.md to --out")
-    p.add_argument("--context", choices=CONTEXTS, default="isolated",
-                   help="with --whole: the execution context the plan's time objective decides in (default isolated)")
+    p.add_argument("--context", choices=CONTEXTS, default=None,
+                   help=f"with --whole: the execution context the plan's time objective decides in (default "
+                   f"{DEFAULT_CONTEXT}, as `plan` and `run`); with --from-results, for a result saved without its "
+                   "plan: the context it was planned in (default isolated)")
     p.add_argument("--replays", type=positive_int, default=200, help="with --whole: CUDA-graph replays timed (default 200)")
     p.add_argument("--decisions", action="store_true",
                    help="with --whole: also compile and time the model planned in the other context, so every group "
@@ -165,7 +167,7 @@ def _validate_whole(args: argparse.Namespace) -> int:
 
     gpu = resolve_gpu(args.gpu)
     result = measure(args.model, gpu, dtype=args.dtype, precision=args.precision, batch=args.batch,
-                     replays=args.replays, context=args.context, decisions=args.decisions,
+                     replays=args.replays, context=args.context or DEFAULT_CONTEXT, decisions=args.decisions,
                      counters=not args.no_ncu, require_counters=args.require_ncu,
                      input_shapes=parse_input_shapes(args.input_shape) or None,
                      progress=lambda line: sys.stderr.write(line + "\n"))  # fmt: skip
@@ -187,7 +189,7 @@ def _whole_from_results(args: argparse.Namespace, out: Path) -> int:
     if any((out / "whole.json").resolve() == Path(f).resolve() for f in args.from_results):
         raise FusePlannerError(f"--out {out} would overwrite the results read: give another folder")
     results = [repredict(r, specs.gpu(r.gpu) if args.gpu == "auto" else specs.gpu(args.gpu), args.model,
-                         args.context) for f in args.from_results for r in read(f)]  # fmt: skip
+                         args.context or "isolated") for f in args.from_results for r in read(f)]  # fmt: skip
     js, md = write(results, out)
     sys.stdout.write(md.read_text(encoding="utf-8") + f"\nwrote {js} and {md}\n")
     return 0

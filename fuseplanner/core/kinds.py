@@ -47,6 +47,8 @@ COST_MODELS = ("ours", "paper")
 #: Execution contexts of the time model (fuseplanner.cost.execution): one launch alone after an L2
 #: flush, or back to back in a CUDA graph.
 CONTEXTS = ("isolated", "graph")
+#: The context `plan`, `run` and `compile` decide in unless told: the graph, as the executor runs a model.
+DEFAULT_CONTEXT = "graph"
 
 #: Launch classes of the graph context's per-launch terms (fuseplanner.cost.execution, spec
 #: `graph_<class>_kernel_s`): a launch that takes `fused_kernel_fixed_s` when isolated is `fused` (the

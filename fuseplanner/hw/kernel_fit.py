@@ -171,7 +171,7 @@ class KernelFit(BaseModel):
         "reaches this (1: any predicted gain); fitted to measured decisions")
     graph_fuse_min_speedup: float = Field(
         default=1.0, ge=0.8, description="the same threshold when the plan decides in the graph context "
-        "(`plan --context graph`): chosen on fuse decisions measured in the executor (scripts/fit_graph_margin.py; "
+        "(the default of `plan`): chosen on fuse decisions measured in the executor (`calibrate --from-whole`; "
         "schema default 1: any predicted gain; under 1 a group predicted up to that much slower fused is fused)")
     sources: dict[str, str] = Field(default_factory=dict, description="a note per value: how it was fitted")
     ci: dict[str, tuple[float, float]] = Field(

@@ -31,7 +31,14 @@ import numpy as np
 
 from fuseplanner.core.errors import PlanError
 from fuseplanner.core.ir import INFEASIBLE, Cost, ModelGraph, Op, Tile
-from fuseplanner.core.kinds import COST_MODELS, DTYPE_BYTES, GROUP_KINDS, OBJECTIVES, PRECISIONS
+from fuseplanner.core.kinds import (
+    COST_MODELS,
+    DEFAULT_CONTEXT,
+    DTYPE_BYTES,
+    GROUP_KINDS,
+    OBJECTIVES,
+    PRECISIONS,
+)
 from fuseplanner.core.kinds import LAYER_KINDS as TILED_KINDS
 from fuseplanner.cost.execution import check_context, launch_terms, sequence_time
 from fuseplanner.hw.kernel_fit import GRAPH_THRESHOLD_FIELD, THRESHOLD_FIELD
@@ -514,7 +521,7 @@ def plan(
     model: str = "ours",
     precision: str = "fp32",
     workers: int | None = None,
-    context: str = "isolated",
+    context: str = DEFAULT_CONTEXT,
     exclude: Iterable[tuple] = (),
 ):
     """Plan which DW/PW layers of `graph` to fuse on `gpu`, with which tiles.
@@ -526,8 +533,9 @@ def plan(
     lets fp32 pointwise parts use TF32 tensor cores; workers: processes for the tile search (default:
     the usable CPUs when the model has many distinct kernels; 1 searches in this process, e.g. in a
     threaded server where forking is unwelcome); context: the execution context the time objective
-    decides in (`fuseplanner.cost.execution`: "isolated" launches, or "graph" replay, where each
-    launch's floor is the spec's graph tail; the plan's costs stay isolated-context); exclude: kernels
+    decides in (`fuseplanner.cost.execution`: "graph" replay, the default, as the executor runs a model:
+    each launch's floor is the spec's graph tail and an operand still in L2 is not read from DRAM; or
+    "isolated" launches after an L2 flush; the plan's costs stay isolated-context); exclude: kernels
     (`kernel_key`s) never to choose, e.g. those the compiler spilled registers in (`fuseplanner.compile`
     plans again without them), or with tile None whole groups, e.g. those measured slower fused than
     unfused (`fuseplanner.tune`). Returns a `Plan`.

@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 
 from fuseplanner.core.errors import DeviceError, ModelError, PlanError
-from fuseplanner.core.kinds import DTYPES, PRECISIONS
+from fuseplanner.core.kinds import CONTEXTS, DEFAULT_CONTEXT, DTYPES, PRECISIONS
 from fuseplanner.run import program as program_mod
 from fuseplanner.run.program import KernelStep, Program, build_program, precheck_supported
 from fuseplanner.run.runtime import Bound, bind
@@ -236,17 +236,17 @@ MAX_REPLANS = 3
 
 def compile(model, spec=None, plan=None, *, dtype: str = "fp32", precision: str = "fp32", batch: int | None = None,
             fuse: bool = True, seed: int = 0, device: str = "gpu", input_shapes=None, ops_lib=None,
-            avoid_spills: bool = True, exclude: Iterable[tuple] = ()) -> CompiledModel:  # fmt: skip
+            avoid_spills: bool = True, exclude: Iterable[tuple] = (), context: str = DEFAULT_CONTEXT) -> CompiledModel:  # fmt: skip
     """Compile `model` (path, bundled name or ModelProto) to run as `plan` says on `spec` ("auto": this
     GPU). plan=None plans it (fuse=False: every dw/pw/linear op on its own kernel with its best tile)
     and, with `avoid_spills`, plans it again without the kernels the compiler spilled registers in
     (`CompiledModel.avoided`); a given plan is compiled as it is (`CompiledModel.spills` names its
     spilled kernels). `exclude`: kernels the planning never chooses (`planning.search.kernel_key`s; tile
-    None: every tile of a group). device "gpu" runs with CuPy and CUDA graphs; "cpu" runs the same
-    program in NumPy."""
-    if dtype not in DTYPES or precision not in PRECISIONS or device not in ("gpu", "cpu"):
-        raise PlanError(f"bad options dtype={dtype!r} precision={precision!r} device={device!r}: use dtype fp32|fp16, "
-                        "precision fp32|tf32, device gpu|cpu")  # fmt: skip
+    None: every tile of a group); `context`: the execution context the planning decides in (`planning.search.plan`).
+    device "gpu" runs with CuPy and CUDA graphs; "cpu" runs the same program in NumPy."""
+    if dtype not in DTYPES or precision not in PRECISIONS or device not in ("gpu", "cpu") or context not in CONTEXTS:
+        raise PlanError(f"bad options dtype={dtype!r} precision={precision!r} device={device!r} context={context!r}: use "
+                        "dtype fp32|fp16, precision fp32|tf32, device gpu|cpu, context isolated|graph")  # fmt: skip
     prepared, graph, _ = _load_model(model, input_shapes, batch, seed)
     ops_lib = ops_lib or program_mod.lib_module()
     precheck_supported(prepared, graph, ops_lib.SUPPORTED)
@@ -262,7 +262,7 @@ def compile(model, spec=None, plan=None, *, dtype: str = "fp32", precision: str 
 
     def planned(more=frozenset()):
         return make_plan(graph, gpu_spec, dtype=dtype, precision=precision, kinds=None if fuse else [],
-                         exclude=given | more)  # fmt: skip
+                         exclude=given | more, context=context)  # fmt: skip
 
     def built(p) -> CompiledModel:
         check_plan(p, graph, gpu_spec.name, dtype, precision, model_batch(graph))

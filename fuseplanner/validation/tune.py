@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from fuseplanner.core.errors import PlanError
-from fuseplanner.core.kinds import GROUP_KINDS
+from fuseplanner.core.kinds import DEFAULT_CONTEXT, GROUP_KINDS
 from fuseplanner.validation.whole import with_covers
 from fuseplanner.validation.whole_decisions import MeasuredStep, measure_candidate
 
@@ -160,15 +160,15 @@ class Tuned:
 
 def tune_model(model, spec="auto", *, dtype: str = "fp32", precision: str = "fp32", batch: int | None = None,
                seed: int = 0, input_shapes=None, rounds: int = MAX_ROUNDS, repeats: int = REPEATS,
-               replays: int = 100, say: Callable[[str], None] = lambda _: None) -> Tuned:  # fmt: skip
-    """Plan `model` on `spec` ("auto": this GPU), compile it and the unfused model, `tune` the plan on
+               replays: int = 100, context: str = DEFAULT_CONTEXT, say: Callable[[str], None] = lambda _: None) -> Tuned:  # fmt: skip
+    """Plan `model` on `spec` ("auto": this GPU; deciding in `context`), compile it and the unfused model, `tune` the plan on
     the GPU, and pick the fastest of the tuned, first and unfused models by whole-model latency
     (`fastest`, `replays` per round; module docstring)."""
     import fuseplanner
 
     def build(**kw):
         return fuseplanner.compile(model, spec, dtype=dtype, precision=precision, batch=batch, seed=seed,
-                                   input_shapes=input_shapes, **kw)  # fmt: skip
+                                   input_shapes=input_shapes, context=context, **kw)  # fmt: skip
 
     first, unfused = build(), build(fuse=False)
     tuned, tuning = tune(first, unfused, lambda ex: build(exclude=ex), rounds=rounds, repeats=repeats, say=say)

@@ -21,6 +21,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from fuseplanner.core.errors import PlanError, RecordsError
+from fuseplanner.core.kinds import DEFAULT_CONTEXT
 from fuseplanner.planning.result import Plan
 from fuseplanner.planning.whole import WholePlanPrediction
 from fuseplanner.validation.whole_decisions import DecisionData, MeasuredStep, PlanRun, candidates
@@ -263,7 +264,7 @@ def _latency(rec) -> Latency:
 
 
 def measure(model, spec, *, dtype: str = "fp32", precision: str = "fp32", batch: int | None = None,
-            replays: int = 200, context: str = "isolated", input_shapes=None, step_mode: str = "graph",
+            replays: int = 200, context: str = DEFAULT_CONTEXT, input_shapes=None, step_mode: str = "graph",
             decisions: bool = False, step_repeats: int = 20, counters: bool = False, require_counters: bool = False,
             progress=None) -> WholeResult:  # fmt: skip
     """(GPU) Compile `model` planned (the time objective decided in `context`) and unfused, bench both
