@@ -84,6 +84,7 @@ def summary_line(plan: Plan) -> str:
     fused_layers = sum(len(g.nodes) for g in plan.groups)
     return (
         f"{plan.model} on {plan.gpu} ({plan.dtype}, batch {plan.batch}, objective {plan.objective}"
+        f"{f' decided in the {plan.context} context' if plan.objective == 'time' else ''}"
         f"{'' if plan.cost_model == 'ours' else f', cost model {plan.cost_model}'}): "
         f"{len(plan.groups)} fused groups covering {fused_layers} layers; "
         f"time {_us(u)} -> {_us(p)} us ({_pct(u.time_s, p.time_s)}), "
@@ -98,7 +99,7 @@ def to_markdown(plan: Plan, max_rejected: int | None = None) -> str:
         f"# Fusion plan: {plan.model} on {plan.gpu}",
         "",
         f"dtype {plan.dtype}, batch {plan.batch}, objective {plan.objective}, cost model {plan.cost_model}, "
-        f"precision {plan.precision}, kinds {', '.join(plan.kinds) or 'none'}.",
+        f"precision {plan.precision}, context {plan.context}, kinds {', '.join(plan.kinds) or 'none'}.",
         "",
         summary_line(plan) + ".",
         "",
