@@ -47,6 +47,14 @@ def test_markdown_has_one_line_per_row():
     assert md.count("\n| bundled |") == 4  # the config row and the "all" row, the per-kind row, the model row
 
 
+def test_markdown_says_which_context_the_measured_plans_were_decided_in():
+    results = [_result("a", 0.1, 0.1, 0.0, []), _result("b", 0.1, 0.1, 0.0, []), _result("c", 0.1, 0.1, 0.0, [])]
+    results[0].plan, results[1].plan = SimpleNamespace(context="graph"), SimpleNamespace(context="isolated")
+    md = to_markdown(results, frozenset())
+    assert ("Plans measured, by the context they were decided in: graph 1, isolated 1, unknown (saved without "
+            "its plan) 1.") in md
+
+
 def test_model_rows_by_hand():
     # measured 90 / 100 us: saving 10.0%; predicted 90 x 1.1 = 99.0 and 100 x 0.95 = 95.0 us: saving
     # 1 - 99 / 95 = -4.2%; the gap is the result's own (-14.2 here, given)

@@ -217,8 +217,10 @@ def kind_bias(runs: Sequence[Run]) -> list[tuple[str, tuple[float, ...]]]:
     1 is a launch predicted slower than it ran)."""
     from fuseplanner.core.kinds import KERNEL_KINDS
 
-    by_kind = [(k, tuple(q for _, q in _single_launches(runs, (k,)))) for k in KERNEL_KINDS]
-    return [(k, ratios) for k, ratios in by_kind if ratios]
+    by_kind: dict[str, list[float]] = {k: [] for k in KERNEL_KINDS}
+    for r, q in _single_launches(runs, KERNEL_KINDS):  # one pass over the records
+        by_kind[(r.step_kinds or (r.kind,))[0]].append(q)
+    return [(k, tuple(ratios)) for k, ratios in by_kind.items() if ratios]
 
 
 def kind_bias_table(rows: Sequence[tuple[str, Sequence[float]]], spec_name: str | None = None) -> Table:

@@ -123,12 +123,22 @@ MODEL_HEAD = ("| set | model | dtype/precision | batch | measured planned us | p
               "predicted | error | saving measured | predicted | gap (points) | per-step \\|error\\| median / p90 |")
 
 
+def _plans_line(results: Sequence) -> str:
+    """Which execution context the measured plans were decided in (how many results each)."""
+    counts: dict[str, int] = {}
+    for r in results:
+        plan = getattr(r, "plan", None)
+        context = plan.context if plan is not None else "unknown (saved without its plan)"
+        counts[context] = counts.get(context, 0) + 1
+    return "Plans measured, by the context they were decided in: " + ", ".join(f"{c} {n}" for c, n in sorted(counts.items())) + "."
+
+
 def to_markdown(results: Sequence, held_out: frozenset[str]) -> str:
     """The summary table (module docstring), the signed step error per kernel kind and the per-model
     rows (`model_rows`) as markdown."""
     head = ("| set | dtype/precision | batch | runs | end-to-end \\|error\\| median / p90 % | saving within 3 points | "
             "own kernels per step % | library steps per step % |")  # fmt: skip
-    lines = ["## Summary per model set", "", head, "|---|---|---:|---:|---|---|---|---|"]
+    lines = ["## Summary per model set", "", _plans_line(results), "", head, "|---|---|---:|---:|---|---|---|---|"]
     lines += ["| " + " | ".join(row) + " |" for row in summary_rows(results, held_out)]
     kinds = (*KERNEL_KINDS, "library")
     lines += ["", "Per kernel kind: signed median step error % (predicted / measured - 1) and steps:", "",
