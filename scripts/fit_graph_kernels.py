@@ -34,13 +34,13 @@ from fuseplanner.validation.fit_whole import (  # noqa: E402
     samples,
     step_residuals,
     term_values,
-    with_values,
 )
+from fuseplanner.validation.microbench import apply_measured  # noqa: E402
 
 
 def _report(label: str, rows, data, spec, x: np.ndarray) -> None:
     e = np.abs(np.expm1(step_residuals(data, x)))
-    r = replay_errors(rows, with_values(spec, term_values(x)))
+    r = replay_errors(rows, apply_measured(spec, term_values(x)))
     print(f"{label}: {len(e)} steps |error| median {100 * np.median(e):.1f}% p90 {100 * np.percentile(e, 90):.1f}%; "
           f"{len(r)} replays median {100 * np.median(r):.1f}% p90 {100 * np.percentile(r, 90):.1f}%")
 

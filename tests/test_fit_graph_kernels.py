@@ -12,6 +12,7 @@ from fuseplanner.core.errors import RecordsError
 from fuseplanner.hw.spec import gpu
 from fuseplanner.planning.whole import predict_whole
 from fuseplanner.validation import fit_whole
+from fuseplanner.validation.microbench import apply_measured
 
 ROOT = Path(__file__).resolve().parents[1]
 WHOLE = ROOT / "data" / "records" / "h100" / "whole"
@@ -31,7 +32,7 @@ def test_a_held_out_model_is_refused():
 
 
 def test_the_terms_sit_in_the_fit_only():
-    s = fit_whole.with_values(gpu("h100"), fit_whole.term_values([1e-7, 2e-7, 4e-7, 3e-7]))
+    s = apply_measured(gpu("h100"), fit_whole.term_values([1e-7, 2e-7, 4e-7, 3e-7]))
     got = (s.fit.graph_dw_kernel_s, s.fit.graph_pw_kernel_s, s.fit.graph_linear_kernel_s, s.fit.graph_fused_kernel_s)
     assert got == (1e-7, 2e-7, 4e-7, 3e-7)
     assert (s.hw.graph_dw_kernel_s, s.hw.graph_pw_kernel_s, s.hw.graph_linear_kernel_s, s.hw.graph_fused_kernel_s) == got

@@ -10,6 +10,7 @@ import pytest
 from fuseplanner.hw.kernel_fit import GRAPH_THRESHOLD_FIELD
 from fuseplanner.hw.spec import gpu
 from fuseplanner.validation import fit_whole
+from fuseplanner.validation.microbench import apply_measured
 from fuseplanner.validation.whole import read
 from fuseplanner.validation.whole_decisions import score
 from fuseplanner.validation.whole_redecide import redecide
@@ -19,7 +20,7 @@ RUN = str(ROOT / "data" / "records" / "h100" / "whole" / "fp32fp32_b1" / "mobile
 
 
 def with_threshold(spec, value: float):
-    return fit_whole.with_values(spec, {GRAPH_THRESHOLD_FIELD: value})
+    return apply_measured(spec, {GRAPH_THRESHOLD_FIELD: value})
 
 
 def test_threshold_is_set_in_the_fit_only():
@@ -32,7 +33,7 @@ def test_a_threshold_nothing_reaches_keeps_every_group_unfused():
     """At 4x no MobileNetV1 group is fused in the graph context, so a graph decision is right exactly
     where the isolated plan's (fusing every candidate) is wrong: the two right counts add up to the
     candidates scored."""
-    right, scored, lost = fit_whole.graph_score((RUN, "h100", 4.0))
+    right, scored, lost = fit_whole.graph_score((RUN, gpu("h100"), 4.0))
     decisions = score(redecide(read(RUN)[0], with_threshold(gpu("h100"), 4.0)))
     graph = [d for d in decisions if d.context == "graph" and d.right is not None]
     isolated = [d for d in decisions if d.context == "isolated" and d.right is not None]

@@ -18,7 +18,7 @@ def _result(model, e_planned, e_unfused, gap, steps, batch=1, planned_us=90.0, u
                            predicted_unfused_s=unfused_us * (1 + e_unfused) * us,
                            measured_saving=1 - planned_us / unfused_us,
                            predicted_saving=1 - planned_us * (1 + e_planned) / (unfused_us * (1 + e_unfused)),
-                           step_error_median=None, step_error_p90=None,
+                           step_error_median=None, step_error_p90=None, plan=None,
                            steps=[SimpleNamespace(kind=k, error=e) for k, e in steps])  # fmt: skip
 
 

@@ -58,10 +58,15 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
                    help="cost model: ours (sectors, L2/DRAM, time) or paper (the published GMA formulas)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="fp32 pointwise math, or TF32 tensor cores for fp32 storage")
+    add_context_option(p)
+
+
+def add_context_option(p: argparse.ArgumentParser) -> None:
+    """--context: the execution context the plan's time objective decides in (`plan`, `compare`, `run`)."""
     p.add_argument("--context", choices=CONTEXTS, default=DEFAULT_CONTEXT,
                    help="execution context the time objective decides in: back-to-back launches in a CUDA graph "
                    "as the executor runs the model (default; spec graph facts, L2 residency) or isolated launches "
-                   "after an L2 flush; either way the table's costs are isolated-context")
+                   "after an L2 flush; either way the plan's costs are isolated-context")
 
 
 def plan_kwargs(args: argparse.Namespace) -> dict:

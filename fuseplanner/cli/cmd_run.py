@@ -11,9 +11,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from fuseplanner.cli.cmd_plan import add_context_option
 from fuseplanner.cli.common import add_model_arguments, parse_input_shapes, positive_int
 from fuseplanner.core.errors import ModelError, PlanError
-from fuseplanner.core.kinds import CONTEXTS, DEFAULT_CONTEXT, DTYPES, PRECISIONS
+from fuseplanner.core.kinds import DTYPES, PRECISIONS
 
 
 def register(subparsers) -> None:
@@ -30,8 +31,7 @@ def register(subparsers) -> None:
     p.add_argument("--gpu", default="auto", metavar="auto|NAME", help="GPU spec (default auto: this GPU)")
     p.add_argument("--plan", default=None, metavar="PLAN.json", help="run this plan (default: plan it now)")
     p.add_argument("--no-fuse", action="store_true", help="no fusion: every dw/pw/linear op on its own kernel")
-    p.add_argument("--context", choices=CONTEXTS, default=DEFAULT_CONTEXT,
-                   help="execution context the planning decides in (as `fuseplanner plan --context`; default graph)")
+    add_context_option(p)
     p.add_argument("--dtype", choices=DTYPES, default="fp32", help="storage dtype (default fp32)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32", help="fp32 exact or TF32 math")
     p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",

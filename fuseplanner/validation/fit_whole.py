@@ -92,11 +92,6 @@ def runs(paths: Sequence[str], spec) -> list[Run]:
     return out
 
 
-def with_values(spec, values: dict):
-    """`spec` with these fit parameters replacing its fit's values."""
-    return apply_measured(spec, values)
-
-
 # ---- 1. operator-library steps -----------------------------------------------------------------------
 @dataclass(frozen=True)
 class LibraryStep:
@@ -185,7 +180,7 @@ def samples(rows: Sequence[Run], spec) -> list[Sample]:
     """Every measured own-kernel step of `rows`, predicted with the terms at zero."""
     from fuseplanner.planning.whole import steps as whole_steps
 
-    zero = with_values(spec, term_values(np.zeros(len(TERM_FIELDS))))
+    zero = apply_measured(spec, term_values(np.zeros(len(TERM_FIELDS))))
     interval = launch_terms(zero).interval_s
     out = []
     for i, run in enumerate(rows):
@@ -245,14 +240,13 @@ def replay_errors(rows: Sequence[Run], spec) -> np.ndarray:
 # ---- 3. the graph fuse threshold ---------------------------------------------------------------------
 def graph_score(job: tuple[str, object, float]) -> tuple[int, int, float]:
     """(right, scored, seconds lost) of the graph context's decisions in one results file, decided with
-    the spec (a name, path or spec) at threshold `value`."""
-    from fuseplanner.hw.spec import gpu
+    the spec at threshold `value`."""
     from fuseplanner.validation.whole import read
     from fuseplanner.validation.whole_decisions import score
     from fuseplanner.validation.whole_redecide import redecide
 
     path, spec, value = job
-    spec = with_values(gpu(spec) if isinstance(spec, str) else spec, {GRAPH_THRESHOLD_FIELD: value})
+    spec = apply_measured(spec, {GRAPH_THRESHOLD_FIELD: value})  # a fit parameter: it replaces the fit's value
     right = scored = 0
     lost = 0.0
     for r in read(path):
@@ -273,33 +267,28 @@ class ThresholdScore:
 def scan_threshold(paths: Sequence[str], spec, values: Sequence[float] = THRESHOLDS, jobs: int = 1,
                    say: Callable[[str], None] = lambda _: None) -> list[ThresholdScore]:  # fmt: skip
     """Each value's score over the decision runs in `paths` (`graph_score`), `jobs` processes at once."""
+    work = [(p, spec, value) for value in values for p in paths]
+    if jobs > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            return _totals(values, len(paths), pool.map(graph_score, work), say)
+    return _totals(values, len(paths), map(graph_score, work), say)
+
+
+def _totals(values: Sequence[float], n: int, parts, say: Callable[[str], None]) -> list[ThresholdScore]:
+    """Each value's score: the sum of the next `n` file scores of `parts` (in `values` order), said as
+    each completes."""
+    parts = iter(parts)
     out = []
-    with ProcessPoolExecutor(jobs) if jobs > 1 else _Serial() as ex:
-        for value in values:
-            parts = list(ex.map(graph_score, [(p, spec, value) for p in paths]))
-            right, scored, lost = (sum(x[i] for x in parts) for i in range(3))
-            out.append(ThresholdScore(value, int(right), int(scored), float(lost)))
-            say(f"{GRAPH_THRESHOLD_FIELD} {value:g}: {right} of {scored} right, {lost * 1e6:.0f} us lost")
+    for value in values:
+        right, scored, lost = (sum(x) for x in zip(*(next(parts) for _ in range(n)), strict=True))
+        out.append(ThresholdScore(value, int(right), int(scored), float(lost)))
+        say(f"{GRAPH_THRESHOLD_FIELD} {value:g}: {right} of {scored} right, {lost * 1e6:.0f} us lost")
     return out
 
 
 def best_threshold(scores: Sequence[ThresholdScore]) -> ThresholdScore:
     """Most right, then least time lost, then the smaller value."""
     return max(scores, key=lambda s: (s.right, -s.lost_s, -s.value))
-
-
-class _Serial:
-    """`ProcessPoolExecutor`'s `map` in this process (one job)."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        return None
-
-    @staticmethod
-    def map(fn, items):
-        return map(fn, items)
 
 
 # ---- all three, and the spec they go into ------------------------------------------------------------
@@ -351,7 +340,7 @@ def fit(paths: Sequence[str], spec, *, resamples: int = 50, jobs: int = 1, thres
                      + (f"; kept (no step depends on them): {', '.join(kept)}" if kept else ""))  # fmt: skip
         notes.update({f: f"`fuseplanner calibrate --from-whole` (cost.library, least squares on log(predicted / "
                          f"measured) of {len(lib)} operator-library steps): {what}" for f in got})  # fmt: skip
-    spec1 = with_values(spec, values)
+    spec1 = apply_measured(spec, values)
     smp = samples(rows, spec1)
     say(f"fitting the launch terms to {len(smp)} steps of fuseplanner's kernels")
     data = arrays(smp)
@@ -361,7 +350,7 @@ def fit(paths: Sequence[str], spec, *, resamples: int = 50, jobs: int = 1, thres
     if resamples:
         band = intervals(smp, resamples)
         ci = {f: (float(band[i, 0]), float(band[i, 1])) for i, f in enumerate(TERM_FIELDS)}
-    spec2 = with_values(spec1, values)
+    spec2 = apply_measured(spec1, values)
     now = np.array([getattr(spec.fit, f) for f in TERM_FIELDS])
     step_before, step_after = (np.abs(np.expm1(step_residuals(data, v))) for v in (now, x))
     rep_before, rep_after = replay_errors(rows, spec), replay_errors(rows, spec2)

@@ -11,7 +11,7 @@ the signed median step error of each kernel kind and of the library steps: where
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -125,11 +125,7 @@ MODEL_HEAD = ("| set | model | dtype/precision | batch | measured planned us | p
 
 def _plans_line(results: Sequence) -> str:
     """Which execution context the measured plans were decided in (how many results each)."""
-    counts: dict[str, int] = {}
-    for r in results:
-        plan = getattr(r, "plan", None)
-        context = plan.context if plan is not None else "unknown (saved without its plan)"
-        counts[context] = counts.get(context, 0) + 1
+    counts = Counter(r.plan.context if r.plan is not None else "unknown (saved without its plan)" for r in results)
     return "Plans measured, by the context they were decided in: " + ", ".join(f"{c} {n}" for c, n in sorted(counts.items())) + "."
 
 
