@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from fuseplanner.run.ops.node import Node, compute_dtype, norm_axis, store, upcast
+from fuseplanner.run.ops.node import Node, compute_dtype, norm_axis, store
 from fuseplanner.run.ops.registry import Kernel, register
 
 #: ONNX opset from which `axes` is an input rather than an attribute.
@@ -34,9 +34,11 @@ def reduce_kernel(xp: Any, node: Node, func: str, axes: tuple[int, ...] | None) 
     accumulate = func in ("mean", "sum", "prod")
     work = compute_dtype(dtype.name) if accumulate else dtype
 
+    options = {"dtype": work} if accumulate else {}
+
     def kernel(ins, outs):
-        x = upcast(ins[0]) if accumulate else ins[0]
-        value = getattr(x, func)(axis=axes, keepdims=True, **({"dtype": work} if accumulate else {}))
+        # float16 accumulates in float32 inside the reduction (no float32 copy of the input first)
+        value = getattr(ins[0], func)(axis=axes, keepdims=True, **options)
         store(xp, outs[0].reshape(kept), value)
 
     return kernel
