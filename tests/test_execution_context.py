@@ -252,8 +252,14 @@ def test_tile_searches_are_shared_only_inside_shared_searches():
         first = S.tile_search(spec, "fp32", 1, "time", "ours", "fp32")
         assert S.tile_search(spec, "fp32", 1, "time", "ours", "fp32") is first
         assert S.tile_search(spec, "fp32", 8, "time", "ours", "fp32") is not first  # another batch
-        other = spec.model_copy()  # equal values, another object: its own search
-        assert S.tile_search(other, "fp32", 1, "time", "ours", "fp32").gpu is other
+        # a spec of equal values, or differing only in the fuse thresholds (which no search reads), shares it
+        assert S.tile_search(spec.model_copy(), "fp32", 1, "time", "ours", "fp32") is first
+        from fuseplanner.validation.microbench import apply_measured
+
+        for field in S.DECISION_FIELDS:
+            assert S.tile_search(apply_measured(spec, {field: 0.5}), "fp32", 1, "time", "ours", "fp32") is first
+        other = apply_measured(spec, {"dram_bw_bytes_per_s": spec.eff("dram_bw_bytes_per_s") / 2})
+        assert S.tile_search(other, "fp32", 1, "time", "ours", "fp32").gpu is other  # a cost input differs
         with S.shared_searches():  # nested: the same shared searches
             assert S.tile_search(spec, "fp32", 1, "time", "ours", "fp32") is first
         # the unfused plan beside a plan searches nothing new

@@ -33,7 +33,7 @@ def test_a_threshold_nothing_reaches_keeps_every_group_unfused():
     """At 4x no MobileNetV1 group is fused in the graph context, so a graph decision is right exactly
     where the isolated plan's (fusing every candidate) is wrong: the two right counts add up to the
     candidates scored."""
-    right, scored, lost = fit_whole.graph_score((RUN, gpu("h100"), 4.0))
+    right, scored, lost = fit_whole.graph_scores((RUN, gpu("h100"), (4.0,)))[0]
     decisions = score(redecide(read(RUN)[0], with_threshold(gpu("h100"), 4.0)))
     graph = [d for d in decisions if d.context == "graph" and d.right is not None]
     isolated = [d for d in decisions if d.context == "isolated" and d.right is not None]
@@ -41,3 +41,12 @@ def test_a_threshold_nothing_reaches_keeps_every_group_unfused():
     assert scored == len(graph) == len(isolated) > 0
     assert right + sum(d.right for d in isolated) == scored
     assert lost == pytest.approx(sum(d.measured.saving_s for d in graph if not d.right))
+
+
+def test_scoring_thresholds_together_matches_scoring_each_alone():
+    """`graph_scores` shares the tile searches across thresholds (they do not read it): the scores of
+    two values scored in one job are those of each scored alone."""
+    spec = gpu("h100")
+    together = fit_whole.graph_scores((RUN, spec, (0.9, 4.0)))
+    alone = [fit_whole.graph_scores((RUN, spec, (v,)))[0] for v in (0.9, 4.0)]
+    assert together == alone and together[0] != together[1]

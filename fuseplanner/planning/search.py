@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -258,12 +259,18 @@ def search_key(kind: str, ops: Sequence[Op], residual: bool) -> tuple:
 _SHARED: dict[tuple, TileSearch] | None = None
 
 
+#: Spec fields that only a plan's decisions read (the fuse thresholds), never a tile search: specs that
+#: differ in nothing else share their searches inside `shared_searches`.
+DECISION_FIELDS = frozenset({THRESHOLD_FIELD, GRAPH_THRESHOLD_FIELD})
+
+
 @contextmanager
 def shared_searches() -> Iterator[None]:
-    """Within this block, plans of the same planning context (spec object, dtype, batch, objective,
-    cost model, precision) share one `TileSearch`, so that planning the model again (the unfused plan
-    beside a plan, the other execution context) reuses the searches made. Outside it every plan
-    searches afresh (the cost functions may have changed in between)."""
+    """Within this block, plans of the same planning context (the spec's values but its fuse thresholds,
+    dtype, batch, objective, cost model, precision) share one `TileSearch`, so that planning the model
+    again (the unfused plan beside a plan, the other execution context, another fuse threshold) reuses
+    the searches made. Outside it every plan searches afresh (the cost functions may have changed in
+    between)."""
     global _SHARED
     outer, _SHARED = _SHARED, ({} if _SHARED is None else _SHARED)
     try:
@@ -278,11 +285,25 @@ def tile_search(spec, dtype: str, batch: int, objective: str, model: str, precis
     first use), else a new one."""
     if _SHARED is None:
         return TileSearch(spec, dtype, batch, objective, model, precision, excluded=excluded)
-    key = (id(spec), dtype, batch, objective, model, precision, excluded)
+    ident = search_identity(spec)
+    key = (ident, dtype, batch, objective, model, precision, excluded)
     hit = _SHARED.get(key)
-    if hit is None or hit.gpu is not spec:
+    if hit is None or (isinstance(ident, int) and hit.gpu is not spec):
         hit = _SHARED[key] = TileSearch(spec, dtype, batch, objective, model, precision, excluded=excluded)
     return hit
+
+
+def search_identity(spec) -> str | int:
+    """What a tile search on `spec` depends on: every value of the spec but `DECISION_FIELDS` (a stand-in
+    spec without pydantic's `model_dump`: the object itself, by id)."""
+    dump = getattr(spec, "model_dump", None)
+    if dump is None:
+        return id(spec)
+    values = dump(mode="json")
+    for table in ("fit", "measured", "refit"):
+        if isinstance(values.get(table), dict):
+            values[table] = {k: v for k, v in values[table].items() if k not in DECISION_FIELDS}
+    return json.dumps(values, sort_keys=True)
 
 
 #: Fewer distinct searches than this run in-process (a process pool costs more than it saves).

@@ -238,22 +238,28 @@ def replay_errors(rows: Sequence[Run], spec) -> np.ndarray:
 
 
 # ---- 3. the graph fuse threshold ---------------------------------------------------------------------
-def graph_score(job: tuple[str, object, float]) -> tuple[int, int, float]:
+def graph_scores(job: tuple[str, object, tuple[float, ...]]) -> list[tuple[int, int, float]]:
     """(right, scored, seconds lost) of the graph context's decisions in one results file, decided with
-    the spec at threshold `value`."""
+    the spec at each threshold of `values` (the tile searches made once: they do not read it)."""
+    from fuseplanner.planning.search import shared_searches
     from fuseplanner.validation.whole import read
     from fuseplanner.validation.whole_decisions import score
     from fuseplanner.validation.whole_redecide import redecide
 
-    path, spec, value = job
-    spec = apply_measured(spec, {GRAPH_THRESHOLD_FIELD: value})  # a fit parameter: it replaces the fit's value
-    right = scored = 0
-    lost = 0.0
-    for r in read(path):
-        for d in score(redecide(r, spec)):
-            if d.context == "graph" and d.right is not None:
-                right, scored, lost = right + d.right, scored + 1, lost + (d.lost_s or 0.0)
-    return right, scored, lost
+    path, spec, values = job
+    results = read(path)
+    out = []
+    with shared_searches():
+        for value in values:
+            at = apply_measured(spec, {GRAPH_THRESHOLD_FIELD: value})  # a fit parameter: it replaces the fit's value
+            right = scored = 0
+            lost = 0.0
+            for r in results:
+                for d in score(redecide(r, at)):
+                    if d.context == "graph" and d.right is not None:
+                        right, scored, lost = right + d.right, scored + 1, lost + (d.lost_s or 0.0)
+            out.append((right, scored, lost))
+    return out
 
 
 @dataclass(frozen=True)
@@ -266,23 +272,24 @@ class ThresholdScore:
 
 def scan_threshold(paths: Sequence[str], spec, values: Sequence[float] = THRESHOLDS, jobs: int = 1,
                    say: Callable[[str], None] = lambda _: None) -> list[ThresholdScore]:  # fmt: skip
-    """Each value's score over the decision runs in `paths` (`graph_score`), `jobs` processes at once."""
-    work = [(p, spec, value) for value in values for p in paths]
+    """Each value's score over the decision runs in `paths` (`graph_scores`, one job per file), `jobs`
+    processes at once."""
+    work = [(p, spec, tuple(values)) for p in paths]
     if jobs > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            return _totals(values, len(paths), pool.map(graph_score, work), say)
-    return _totals(values, len(paths), map(graph_score, work), say)
+            return _totals(values, len(work), pool.map(graph_scores, work), say)
+    return _totals(values, len(work), map(graph_scores, work), say)
 
 
 def _totals(values: Sequence[float], n: int, parts, say: Callable[[str], None]) -> list[ThresholdScore]:
-    """Each value's score: the sum of the next `n` file scores of `parts` (in `values` order), said as
-    each completes."""
-    parts = iter(parts)
-    out = []
-    for value in values:
-        right, scored, lost = (sum(x) for x in zip(*(next(parts) for _ in range(n)), strict=True))
-        out.append(ThresholdScore(value, int(right), int(scored), float(lost)))
-        say(f"{GRAPH_THRESHOLD_FIELD} {value:g}: {right} of {scored} right, {lost * 1e6:.0f} us lost")
+    """Each value's score: the sum over the `n` files of `parts` (each file's scores in `values` order)."""
+    sums = np.zeros((len(values), 3))
+    for i, part in enumerate(parts, 1):
+        sums += np.asarray(part, dtype=float)
+        say(f"scored the decisions of {i} of {n} files at {len(values)} thresholds")
+    out = [ThresholdScore(v, int(r), int(n), float(lost)) for v, (r, n, lost) in zip(values, sums, strict=True)]
+    for s in out:
+        say(f"{GRAPH_THRESHOLD_FIELD} {s.value:g}: {s.right} of {s.scored} right, {s.lost_s * 1e6:.0f} us lost")
     return out
 
 
