@@ -20,8 +20,9 @@ SPEC = ROOT / "calibrated_quick.toml"
 def test_the_spec_is_a_fit_of_its_own_that_overlaps_launches():
     spec = gpu(str(SPEC))
     # its own fit (from the micro-sweep) holds the bundled h200 spec's [refit] graph terms it started from
+    # (those of its time: the bundled spec refitted them since, on the fp16 runs measured again)
     assert not spec.fit.borrowed and spec.refit == {}
-    assert spec.fit.graph_pw_kernel_s == gpu("h200").fit.graph_pw_kernel_s
+    assert spec.fit.graph_pw_kernel_s == pytest.approx(6.419e-07)
     assert "[refit] value" in spec.fit.sources["graph_pw_kernel_s"]
     # and a launch overlap of its own: what the graph context must not count again
     assert spec.eff("launch_overlap_s") > 1e-6 and spec.fit.record_count == 160
