@@ -61,17 +61,23 @@ def with_old(old: Path, build):
     return with_old_ops(old, build) if old.suffix == ".py" else with_old_source(old, build)
 
 
-def _check(model_name: str, compiled, dtype: str, batch: int):
+def _checks(model_name: str, builds, batch: int) -> list:
+    """Each build's outputs against one onnxruntime run on the same fresh inputs (each arena poisoned with
+    NaN first)."""
     rng = np.random.default_rng(3)
-    x = {s.name: rng.standard_normal(s.shape).astype(np.float32) for s in compiled.program.inputs}
-    compiled._bound.arena.fill(255)
-    return compare(compiled(x), reference_outputs(onnx_model(model_name, None, batch), x), dtype, "fp32")
+    x = {s.name: rng.standard_normal(s.shape).astype(np.float32) for s in builds[0].program.inputs}
+    ref = reference_outputs(onnx_model(model_name, None, batch), x)
+    out = []
+    for m in builds:
+        m._bound.arena.fill(255)
+        out.append(compare(m(x), ref, m.program.dtype, m.program.precision))
+    return out
 
 
 def one(old: Path, kind: str, model: str, dtype: str, batch: int, context: str, spec: str) -> str:
     new = fuseplanner.compile(model, spec, dtype=dtype, batch=batch, context=context)
     before = with_old(old, lambda: fuseplanner.compile(model, spec, new.plan, dtype=dtype, batch=batch))
-    check, check_old = _check(model, new, dtype, batch), _check(model, before, dtype, batch)
+    check, check_old = _checks(model, (new, before), batch)
     lat = fastest({"old": before, "new": new}, 200, rounds=5)
     cold = {name: m.bench(50, cold_l2=True).median_s for name, m in (("old", before), ("new", new))}
 

@@ -61,3 +61,15 @@ def test_the_registry_comes_back_when_the_build_fails(tmp_path):
     with pytest.raises(RuntimeError):
         ab.with_old_ops(old, fail)
     assert registry.BUILDERS == before
+
+
+def test_both_builds_are_checked_against_one_onnxruntime_run(monkeypatch):
+    import fuseplanner
+
+    calls = []
+    real = ab.reference_outputs
+    monkeypatch.setattr(ab, "reference_outputs", lambda proto, x: calls.append(1) or real(proto, x))
+    fused = fuseplanner.compile("mobilenet_v1", "h100", device="cpu")
+    unfused = fuseplanner.compile("mobilenet_v1", "h100", device="cpu", fuse=False)
+    checks = ab._checks("mobilenet_v1", (fused, unfused), 1)
+    assert len(calls) == 1 and all(c.ok for c in checks) and len(checks) == 2
